@@ -1,0 +1,101 @@
+# kdefer Makefile. The two commands a fresh machine needs:
+#   make demo   # run the main job: local cluster + MinIO + kdefer + the physics example
+#   make test   # every test tier (unit, envtest, real S3, e2e on a local cluster)
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+GO ?= go
+TOOLS := test/tools/install.sh
+BIN := $(CURDIR)/bin
+ENVTEST_DIR := $(BIN)/envtest
+FUZZTIME ?= 10s
+
+export KDEFER_KUBE_DIR = $(shell $(TOOLS) path kube)
+export KDEFER_ETCD_DIR = $(shell $(TOOLS) path etcd)
+export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
+export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
+
+.PHONY: all build test unit fuzz verify generate tools envtest-assets bench-stage bench-controller e2e demo demo-down fmt vet
+
+all: build
+
+build:
+	$(GO) build ./...
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## tools: build (once, cached by version under bin/tools) what the tests need.
+tools:
+	$(TOOLS) etcd
+	$(TOOLS) minio
+	$(TOOLS) kube
+
+envtest-assets: tools
+	mkdir -p $(ENVTEST_DIR)
+	ln -sf $(KDEFER_KUBE_DIR)/kube-apiserver $(KDEFER_KUBE_DIR)/kubectl $(ENVTEST_DIR)/
+	ln -sf $(KDEFER_ETCD_DIR)/etcd $(ENVTEST_DIR)/
+
+## test: the README's test command; .ci/run calls exactly this.
+test: envtest-assets
+	$(MAKE) verify
+	$(MAKE) unit
+	$(MAKE) fuzz
+
+## unit: go test of every package; real MinIO and a real apiserver are required
+## (KDEFER_REQUIRE_TOOLS=1 turns a missing tool into a failure, not a skip).
+unit:
+	KDEFER_REQUIRE_TOOLS=1 $(GO) test -count=1 -timeout 30m ./...
+
+## fuzz: a short run of every fuzz target (FUZZTIME=5m for a longer one).
+fuzz:
+	@grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | grep -v '^./bin/' | while IFS=: read -r file fn; do \
+		fn=$${fn#func }; pkg=./$$(dirname "$${file#./}"); \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+generate:
+	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:dir=deploy/crd
+	$(GO) tool controller-gen rbac:roleName=kdefer-manager paths=./controller/... output:rbac:dir=deploy/rbac
+
+## verify: generated code and manifests are committed and current; code is formatted and vetted.
+verify: generate
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## bench-stage: kdefer-stage against s5cmd and mc on one local MinIO (not part of make test).
+bench-stage:
+	$(TOOLS) minio
+	$(TOOLS) mc
+	$(TOOLS) s5cmd
+	$(GO) run ./test/bench/stage
+
+## bench-controller: 10,000 managed pods on a real apiserver (not part of make test).
+bench-controller: envtest-assets
+	$(GO) run ./test/bench/controller
+
+## images: build kdefer's OCI images as tarballs under bin/images (REGISTRY=host/repo pushes them instead).
+images:
+	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY))
+
+## cluster-up / cluster-down: a real single-node Kubernetes cluster on this machine.
+cluster-up: tools
+	test/cluster/cluster.sh up
+
+cluster-down:
+	test/cluster/cluster.sh down
+
+## e2e: the trigger matrix on the local cluster with real containers and MinIO.
+e2e: tools
+	test/e2e/run.sh
+
+## demo: the README's main job; demo-down removes everything it started.
+demo: tools
+	test/demo/run.sh
+
+demo-down:
+	test/demo/run.sh down

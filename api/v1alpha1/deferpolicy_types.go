@@ -1,0 +1,261 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DeferPolicySpec says what happens to a managed pod's work volume after its
+// main containers end. Jobs name a policy with the kdefer.io/policy
+// annotation; their other kdefer.io annotations override its fields.
+// +kubebuilder:validation:XValidation:rule="has(self.stageOut) || (has(self.deferContainers) && size(self.deferContainers) > 0)",message="a policy needs stageOut or at least one entry in deferContainers: set spec.stageOut.url"
+type DeferPolicySpec struct {
+	// stageOut uploads the work volume (or a directory of it) to object
+	// storage; it runs first in every defer run.
+	// +optional
+	StageOut *StageOut `json:"stageOut,omitempty"`
+
+	// stageIn downloads inputs into the work volume before the main
+	// containers start, in an init container that alone holds credentials.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	StageIn []StageIn `json:"stageIn,omitempty"`
+
+	// credentials names a Secret in the pod's namespace whose keys become
+	// environment variables of the stage steps only (for example
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). Main containers never
+	// receive them.
+	// +optional
+	Credentials *corev1.LocalObjectReference `json:"credentials,omitempty"`
+
+	// workVolume is the pod volume that holds the outputs. An emptyDir volume
+	// of that name is converted to a generic ephemeral volume; a missing one
+	// is created and mounted in every main container.
+	// +optional
+	WorkVolume WorkVolume `json:"workVolume,omitempty"`
+
+	// deferContainers run in order after the built-in stage-out, on the same
+	// node, with the work volume mounted. Each is told the trigger in
+	// KDEFER_TRIGGER.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	DeferContainers []corev1.Container `json:"deferContainers,omitempty"`
+
+	// triggerRules select, per trigger, what a defer run does. The first rule
+	// that lists the trigger applies; a trigger no rule lists runs every step
+	// on the whole stage-out directory.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	TriggerRules []TriggerRule `json:"triggerRules,omitempty"`
+
+	// deadline bounds a whole defer run, retries included (default 30m).
+	// +optional
+	Deadline *metav1.Duration `json:"deadline,omitempty"`
+
+	// retryLimit is how often a failed step is retried (default 3).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	RetryLimit *int32 `json:"retryLimit,omitempty"`
+
+	// onFailure says what to do with the work volume when a defer run fails.
+	// +optional
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
+
+	// ttlSecondsAfterFinished deletes a finished DeferRun after this many
+	// seconds (default 86400); 0 deletes it as soon as its volume is handled.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// priorityClassName of the defer pods.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// prePull pulls the defer images on the node while the main pod runs
+	// (default true), so a defer run does not wait for a pull.
+	// +optional
+	PrePull *bool `json:"prePull,omitempty"`
+
+	// nodeLostTimeout is how long a defer run waits for a NotReady or missing
+	// node to return before it fails with reason NodeLost (default 10m).
+	// +optional
+	NodeLostTimeout *metav1.Duration `json:"nodeLostTimeout,omitempty"`
+}
+
+// StageOut configures the built-in upload.
+type StageOut struct {
+	// url is the destination prefix, a template: {namespace} {job} {pod}
+	// {index} {trigger} {uid} are expanded per pod. Schemes: s3, gs, azblob,
+	// file, mem. S3 options go in the query (endpoint, region,
+	// use_path_style, disable_https).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="stageOut.url must start with s3://, gs://, azblob://, file:// or mem://"
+	URL string `json:"url"`
+
+	// path is the directory, relative to the work volume, that is uploaded
+	// (default: the whole volume).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(s, s == '..')",message="stageOut.path must be relative to the work volume and must not contain '..'"
+	Path string `json:"path,omitempty"`
+
+	// include globs (relative to path); empty means everything.
+	// +optional
+	// +listType=atomic
+	Include []string `json:"include,omitempty"`
+
+	// exclude globs (relative to path), applied after include.
+	// +optional
+	// +listType=atomic
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// StageIn is one source downloaded before the main containers start.
+type StageIn struct {
+	// url is a prefix, or a manifest object ending in _kdefer/manifest.json
+	// (then exactly its files are fetched and their checksums verified).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="stageIn.url must start with s3://, gs://, azblob://, file:// or mem://"
+	URL string `json:"url"`
+
+	// path is the directory, relative to the work volume, written to
+	// (default "inputs").
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(s, s == '..')",message="stageIn.path must be relative to the work volume and must not contain '..'"
+	Path string `json:"path,omitempty"`
+}
+
+// WorkVolume describes the volume whose contents outlive the pod.
+type WorkVolume struct {
+	// name of the pod volume (default "kdefer-work").
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="workVolume.name must be a DNS label (lowercase letters, digits and '-')"
+	Name string `json:"name,omitempty"`
+
+	// mountPath of a newly created work volume in every main container
+	// (default "/kdefer"). A converted emptyDir keeps its own mounts.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="workVolume.mountPath must be absolute"
+	MountPath string `json:"mountPath,omitempty"`
+
+	// storageClassName of the work PVC (default: the cluster's default).
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// size requested for the work PVC (default 1Gi).
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// accessModes of the work PVC (default ReadWriteOnce).
+	// +optional
+	// +listType=atomic
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
+}
+
+// TriggerRule selects what a defer run does for some triggers.
+type TriggerRule struct {
+	// triggers this rule applies to.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=set
+	Triggers []Trigger `json:"triggers"`
+
+	// action is Run (default) or Skip: Skip releases the volume without any
+	// step.
+	// +optional
+	// +kubebuilder:validation:Enum=Run;Skip
+	Action TriggerAction `json:"action,omitempty"`
+
+	// include globs that replace stageOut.include for these triggers (e.g.
+	// only logs and partial results on OOMKilled).
+	// +optional
+	// +listType=atomic
+	Include []string `json:"include,omitempty"`
+
+	// exclude globs that replace stageOut.exclude for these triggers.
+	// +optional
+	// +listType=atomic
+	Exclude []string `json:"exclude,omitempty"`
+
+	// deferContainers names the defer containers that run for these
+	// triggers (default: all of them).
+	// +optional
+	// +listType=set
+	DeferContainers []string `json:"deferContainers,omitempty"`
+}
+
+// TriggerAction is what a trigger rule does.
+type TriggerAction string
+
+const (
+	TriggerActionRun  TriggerAction = "Run"
+	TriggerActionSkip TriggerAction = "Skip"
+)
+
+// OnFailure says what happens to the work volume when a defer run fails.
+// +kubebuilder:validation:XValidation:rule="self.volume == 'Retain' || !has(self.retainFor)",message="onFailure.retainFor is only allowed with volume: Retain"
+type OnFailure struct {
+	// volume is Retain (default: keep the PVC for inspection or a rerun) or
+	// Release (delete it).
+	// +kubebuilder:validation:Enum=Retain;Release
+	Volume VolumeAction `json:"volume"`
+
+	// retainFor releases a retained volume after this long (default: keep
+	// until released by hand with `kdefer release`).
+	// +optional
+	RetainFor *metav1.Duration `json:"retainFor,omitempty"`
+}
+
+// VolumeAction is what happens to a work volume.
+type VolumeAction string
+
+const (
+	VolumeRetain  VolumeAction = "Retain"
+	VolumeRelease VolumeAction = "Release"
+)
+
+// DeferPolicyStatus is reserved for conditions about the policy itself.
+type DeferPolicyStatus struct {
+	// conditions of the policy (e.g. Valid).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DeferPolicy is a reusable description of what kdefer does after a managed
+// pod's main containers end.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=dp,categories=kdefer
+// +kubebuilder:printcolumn:name="Stage-Out",type=string,JSONPath=`.spec.stageOut.url`
+// +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.spec.deadline`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DeferPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DeferPolicySpec   `json:"spec,omitempty"`
+	Status DeferPolicyStatus `json:"status,omitempty"`
+}
+
+// DeferPolicyList is a list of DeferPolicy.
+// +kubebuilder:object:root=true
+type DeferPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DeferPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DeferPolicy{}, &DeferPolicyList{})
+}

@@ -1,0 +1,189 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// DeferRunSpec identifies the managed pod a DeferRun serves and, once the
+// pod's main containers have ended, why they ended.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.trigger) || (has(self.trigger) && self.trigger == oldSelf.trigger)",message="spec.trigger cannot change once set"
+type DeferRunSpec struct {
+	// podName of the managed pod.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.podName is immutable"
+	PodName string `json:"podName"`
+
+	// podUID of the managed pod.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.podUID is immutable"
+	PodUID types.UID `json:"podUID"`
+
+	// jobName of the Job that owns the pod, if any.
+	// +optional
+	JobName string `json:"jobName,omitempty"`
+
+	// completionIndex of the pod in an Indexed Job.
+	// +optional
+	CompletionIndex *int32 `json:"completionIndex,omitempty"`
+
+	// nodeName the pod ran on; the defer pod runs there too.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+
+	// volumes retained for the defer run.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Volumes []RetainedVolume `json:"volumes,omitempty"`
+
+	// trigger says why the pod's main containers ended; set once.
+	// +optional
+	Trigger Trigger `json:"trigger,omitempty"`
+
+	// exitCodes of the pod's main containers, by container name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ExitCodes []ContainerExit `json:"exitCodes,omitempty"`
+
+	// policy is the effective policy (the named DeferPolicy with the Job's
+	// annotations applied) when the run was armed. Later edits of the
+	// DeferPolicy do not change a run already armed.
+	Policy DeferPolicySpec `json:"policy"`
+
+	// policyName is the DeferPolicy the run was armed from, if any.
+	// +optional
+	PolicyName string `json:"policyName,omitempty"`
+}
+
+// RetainedVolume is a pod volume kept alive for the defer run.
+type RetainedVolume struct {
+	// name of the volume in the pod.
+	Name string `json:"name"`
+	// claimName of the PersistentVolumeClaim behind it.
+	ClaimName string `json:"claimName"`
+}
+
+// ContainerExit is how one main container ended.
+type ContainerExit struct {
+	// name of the container.
+	Name string `json:"name"`
+	// exitCode of its last termination.
+	ExitCode int32 `json:"exitCode"`
+	// reason of its last termination (e.g. OOMKilled, Error, Completed).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// DeferRunStatus records what the defer run did. Conditions are
+// authoritative; state is a one-word digest of them for display.
+type DeferRunStatus struct {
+	// conditions: Armed, Triggered, StagingOut, Succeeded, Failed, Skipped,
+	// VolumeReleased, and ConfigError when the run waits for a fix.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// state digests the conditions: Armed, Triggered, StagingOut,
+	// Succeeded, Failed or Skipped.
+	// +optional
+	State string `json:"state,omitempty"`
+
+	// deferPodName of the pod that runs the steps.
+	// +optional
+	DeferPodName string `json:"deferPodName,omitempty"`
+
+	// steps of the defer pod, in order, with their attempts.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Steps []StepStatus `json:"steps,omitempty"`
+
+	// bytes uploaded by stage-out (objects skipped as already complete not
+	// counted).
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+
+	// objects uploaded by stage-out.
+	// +optional
+	Objects int64 `json:"objects,omitempty"`
+
+	// skipped objects already complete in the bucket.
+	// +optional
+	Skipped int64 `json:"skipped,omitempty"`
+
+	// manifestURL of the manifest that marks the upload complete.
+	// +optional
+	ManifestURL string `json:"manifestURL,omitempty"`
+
+	// triggeredAt is when the pod's main containers were seen ended.
+	// +optional
+	TriggeredAt *metav1.Time `json:"triggeredAt,omitempty"`
+
+	// startTime of the defer pod.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime of the run (succeeded, failed or skipped).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// StepStatus is one step of a defer run.
+type StepStatus struct {
+	// name of the step ("stage-out" or a defer container's name).
+	Name string `json:"name"`
+	// attempts started so far.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// exitCode of the last attempt that ended.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// message of the last attempt (its termination message, shortened).
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// Condition types of a DeferRun.
+const (
+	DeferRunArmed          = "Armed"
+	DeferRunTriggered      = "Triggered"
+	DeferRunStagingOut     = "StagingOut"
+	DeferRunSucceeded      = "Succeeded"
+	DeferRunFailed         = "Failed"
+	DeferRunSkipped        = "Skipped"
+	DeferRunVolumeReleased = "VolumeReleased"
+	DeferRunConfigError    = "ConfigError"
+)
+
+// DeferRun is the record of one managed pod's defer run. It outlives the pod
+// and co-owns the pod's work volume until the run has handled it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=dr,categories=kdefer
+// +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.spec.jobName`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podName`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.spec.trigger`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DeferRun struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DeferRunSpec   `json:"spec,omitempty"`
+	Status DeferRunStatus `json:"status,omitempty"`
+}
+
+// DeferRunList is a list of DeferRun.
+// +kubebuilder:object:root=true
+type DeferRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DeferRun `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DeferRun{}, &DeferRunList{})
+}

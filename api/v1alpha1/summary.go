@@ -1,0 +1,27 @@
+package v1alpha1
+
+// StageSummary is what `kdefer-stage` writes, as JSON, to its summary file
+// (by default /dev/termination-log), and what the controller reads back from
+// the step's termination message into the DeferRun.
+// +kubebuilder:object:generate=false
+type StageSummary struct {
+	// Op is "in" or "out".
+	Op string `json:"op"`
+	// Bytes transferred in this run (skipped objects not counted).
+	Bytes int64 `json:"bytes"`
+	// Objects transferred in this run.
+	Objects int64 `json:"objects"`
+	// Skipped objects already complete at the destination.
+	Skipped int64 `json:"skipped"`
+	// TotalBytes of every file the run covers, transferred or skipped.
+	TotalBytes int64 `json:"totalBytes"`
+	// DurationSeconds of the run.
+	DurationSeconds float64 `json:"durationSeconds"`
+	// ManifestURL of the manifest written (stage-out) or read (stage-in),
+	// without credentials or query parameters.
+	ManifestURL string `json:"manifestURL,omitempty"`
+	// ErrorClass is empty on success, else "transient", "permanent" or "usage".
+	ErrorClass string `json:"errorClass,omitempty"`
+	// Error is the failure message (never holds credentials).
+	Error string `json:"error,omitempty"`
+}

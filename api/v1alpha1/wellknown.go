@@ -1,0 +1,110 @@
+package v1alpha1
+
+// Labels. The opt-in label selects Jobs for the webhooks; the others are set
+// by render and scope the controller's caches, so unmanaged objects cost
+// nothing.
+const (
+	// LabelEnabled opts a Job in ("true"). It is the webhooks' objectSelector.
+	LabelEnabled = "kdefer.io/enabled"
+	// LabelManaged marks pods rendered by kdefer ("true").
+	LabelManaged = "kdefer.io/managed"
+	// LabelWorkVolume marks kdefer's work PVCs; its value is the volume name
+	// in the pod. The ValidatingAdmissionPolicy that guards retained volumes
+	// selects on it.
+	LabelWorkVolume = "kdefer.io/work-volume"
+	// LabelDeferRun is set on defer pods to the name of their DeferRun.
+	LabelDeferRun = "kdefer.io/deferrun"
+	// LabelPodName is set on DeferRuns to the name of the pod they serve.
+	LabelPodName = "kdefer.io/pod"
+	// LabelJobName is set on DeferRuns to the name of the Job they serve.
+	LabelJobName = "kdefer.io/job"
+)
+
+// Annotations on a Job (or its pod template) that configure kdefer without a
+// DeferPolicy. Annotations override the fields of the policy named by
+// AnnotationPolicy. They are parsed by ParseAnnotations, and nowhere else.
+const (
+	// AnnotationPolicy names a DeferPolicy in the Job's namespace.
+	AnnotationPolicy = "kdefer.io/policy"
+	// AnnotationStageOut is the URL template outputs are uploaded under,
+	// e.g. "s3://bucket/runs/{namespace}/{job}/{pod}/?endpoint=http://10.88.0.1:9000".
+	AnnotationStageOut = "kdefer.io/stage-out"
+	// AnnotationStageOutPath is the directory, relative to the work volume,
+	// that is uploaded (default: the whole volume).
+	AnnotationStageOutPath = "kdefer.io/stage-out-path"
+	// AnnotationInclude and AnnotationExclude are comma-separated globs
+	// matched against paths relative to the stage-out directory.
+	AnnotationInclude = "kdefer.io/include"
+	AnnotationExclude = "kdefer.io/exclude"
+	// AnnotationStageIn is a comma-separated list of source URLs (a prefix, or
+	// a manifest object ending in _kdefer/manifest.json) downloaded before the
+	// main containers start.
+	AnnotationStageIn = "kdefer.io/stage-in"
+	// AnnotationStageInPath is the directory, relative to the work volume,
+	// stage-in writes to (default "inputs").
+	AnnotationStageInPath = "kdefer.io/stage-in-path"
+	// AnnotationCredentials names a Secret in the Job's namespace whose keys
+	// are passed as environment variables to the stage steps only (e.g.
+	// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
+	AnnotationCredentials = "kdefer.io/credentials"
+	// AnnotationWorkVolume names the pod volume that holds the outputs: an
+	// existing emptyDir volume is converted, a missing one is created.
+	AnnotationWorkVolume = "kdefer.io/work-volume"
+	// AnnotationWorkMountPath is where a newly created work volume is mounted
+	// in every main container (default "/kdefer").
+	AnnotationWorkMountPath = "kdefer.io/work-mount-path"
+	// AnnotationWorkSize is the work PVC's requested size (default "1Gi").
+	AnnotationWorkSize = "kdefer.io/work-size"
+	// AnnotationStorageClass is the work PVC's storage class (default: the
+	// cluster default).
+	AnnotationStorageClass = "kdefer.io/storage-class"
+	// AnnotationTriggers is a comma-separated list of triggers that run the
+	// defer steps ("all", or names such as "Succeeded,Failed,OOMKilled").
+	AnnotationTriggers = "kdefer.io/triggers"
+	// AnnotationDeadline bounds a whole defer run (Go duration, e.g. "30m").
+	AnnotationDeadline = "kdefer.io/deadline"
+	// AnnotationSkip ("true") on a Job or pod skips its defer runs; the
+	// volume and pod are released without staging out.
+	AnnotationSkip = "kdefer.io/skip"
+	// AnnotationRendered records that a template was rendered, with the
+	// render version; rendering a rendered template changes nothing.
+	AnnotationRendered = "kdefer.io/rendered"
+	// AnnotationSummary is written by the controller on a Job, e.g.
+	// "3/3 staged out".
+	AnnotationSummary = "kdefer.io/summary"
+)
+
+// Finalizers.
+const (
+	// PodFinalizer is on every managed pod from birth, so the controller sees
+	// every pod before it disappears, even after its own downtime.
+	PodFinalizer = "kdefer.io/defer"
+	// DeferRunFinalizer keeps a DeferRun until its volume is handled.
+	DeferRunFinalizer = "kdefer.io/release"
+)
+
+// Environment variables set in every stage-in, stage-out and defer step.
+const (
+	EnvNamespace = "KDEFER_NAMESPACE"
+	EnvJob       = "KDEFER_JOB"
+	EnvPod       = "KDEFER_POD"
+	EnvNode      = "KDEFER_NODE"
+	EnvUID       = "KDEFER_UID"
+	EnvIndex     = "KDEFER_INDEX"
+	EnvTrigger   = "KDEFER_TRIGGER"
+	EnvExitCode  = "KDEFER_EXIT_CODE"
+)
+
+// Exit codes of kdefer-stage. The controller ends a defer run at once when a
+// step exits with ExitPermanent or ExitUsage instead of retrying it until the
+// deadline.
+const (
+	ExitOK        = 0
+	ExitTransient = 1 // retrying may help (network, 5xx, throttling)
+	ExitUsage     = 2 // bad flags or arguments
+	ExitPermanent = 3 // auth, missing bucket, malformed URL, permission, hostile keys
+)
+
+// ManifestKey is the object, under the stage-out prefix, written after every
+// other object: its presence means the upload is complete.
+const ManifestKey = "_kdefer/manifest.json"
