@@ -108,3 +108,19 @@ const (
 // ManifestKey is the object, under the stage-out prefix, written after every
 // other object: its presence means the upload is complete.
 const ManifestKey = "_kdefer/manifest.json"
+
+// Version of kdefer, stamped at build time with
+// -ldflags "-X github.com/kdefer/kdefer/api/v1alpha1.Version=vX.Y.Z".
+var Version = "v0.1.0"
+
+// Images. A cluster without a registry imports them from `make images`
+// tarballs; `make images REGISTRY=host/repo` publishes them.
+const (
+	ImageRepository     = "kdefer.io"
+	StageImageName      = "kdefer-stage"
+	ControllerImageName = "kdefer-controller"
+)
+
+// DefaultStageImage is the image of kdefer-stage used by stage-in init
+// containers and defer pods unless the manager is told otherwise.
+func DefaultStageImage() string { return ImageRepository + "/" + StageImageName + ":" + Version }
