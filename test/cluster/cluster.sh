@@ -205,7 +205,14 @@ launch() {
 	echo "=== $(date -Is) start: $*" >>"$LOGS/$name.log"
 	env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u no_proxy -u NO_PROXY -u ALL_PROXY -u all_proxy \
 		${LAUNCH_ENV:-} setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
-	echo $! >"$(pidfile "$name")"
+	local pid=$! i
+	echo "$pid" >"$(pidfile "$name")"
+	# until the forked shell has exec'ed the program, its command line is ours
+	for ((i = 0; i < 50; i++)); do
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name" && break
+		[ -d "/proc/$pid" ] || break
+		sleep 0.02
+	done
 }
 
 # stop_proc NAME [GRACE]: TERM, wait up to GRACE seconds, then KILL.
@@ -332,7 +339,7 @@ setup_network() {
 
 # ---------------------------------------------------------------- images
 
-PAUSE_IMAGE=$(cat "$IMAGES_DIR/pause.ref" 2>/dev/null || echo localhost/kdefer/pause:1.0)
+PAUSE_IMAGE=$(cat "$IMAGES_DIR/pause.ref" 2>/dev/null || echo kdefer.io/pause:1.0)
 
 ensure_images() {
 	if [ ! -s "$IMAGES_DIR/pause.tar" ] || [ ! -s "$IMAGES_DIR/busybox.tar" ]; then
@@ -504,6 +511,13 @@ cleanup() {
 	for c in /var/log/containers/*.log; do
 		[ -L "$c" ] && case "$(readlink "$c")" in "$DIR"/*) rm -f "$c" ;; esac
 	done
+	# Host directories that the kubelet, CNI or containerd created for us (recorded by up).
+	if [ -f "$DIR/host-dirs" ]; then
+		sort -r "$DIR/host-dirs" | while read -r c; do
+			[ -d "$c" ] && find "$c" -depth -type d -empty -delete 2>/dev/null
+		done
+		rm -f "$DIR/host-dirs"
+	fi
 	# Cluster state goes; certificates, images (containerd root) and the last logs stay.
 	rm -rf "$DIR/etcd" "$DIR/kubelet" "$DIR/pod-logs" "$DIR/pv" "$DIR/containerd/state" "$DIR/cni/ipam" "$RUN"
 }
@@ -520,7 +534,7 @@ cleanup_iptables() {
 				grep '^-A' | while read -r rule; do
 				# shellcheck disable=SC2086
 				"$ipt" -t "$t" ${rule/-A/-D} 2>/dev/null || true
-			done
+			done || true
 			for ch in $("$ipt" -t "$t" -S | awk '$1 == "-N" && $2 ~ /^KUBE-(KUBELET-CANARY|FIREWALL|MARK-DROP|MARK-MASQ|POSTROUTING|IPTABLES-HINT)$/ {print $2}'); do
 				"$ipt" -t "$t" -F "$ch" 2>/dev/null || true
 				"$ipt" -t "$t" -X "$ch" 2>/dev/null || true
@@ -552,6 +566,10 @@ up() {
 	# The last run's logs are kept beside the new ones for post-mortems.
 	if [ -d "$LOGS" ]; then rm -rf "$LOGS.prev"; mv "$LOGS" "$LOGS.prev"; fi
 	mkdir -p "$RUN" "$LOGS"
+	# Fixed paths outside the state dir that components create: removed by down when empty.
+	for c in /var/lib/cni /var/log/containers /run/containerd; do
+		[ -e "$c" ] || echo "$c" >>"$DIR/host-dirs"
+	done
 	ensure_images
 	pki
 	configs
@@ -633,5 +651,6 @@ start) need_root; start_component "${1:?component}" ;;
 restart) need_root; stop_proc "${1:?component}" "${2:-10}"; start_component "$1" ;;
 logs) logs "$@" ;;
 ctr) ctr_ "$@" ;;
+_) "$@" ;; # internal: run one function (debugging)
 *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -8,10 +8,15 @@
 //
 // Images (local names; tags are never "latest"):
 //
-//	localhost/kdefer/pause:1.0           the sandbox image (test/images/pause)
-//	localhost/kdefer/busybox:VERSION     Debian's busybox-static with its applet links
-//	localhost/kdefer/kdefer-stage:TAG    ./cmd/kdefer-stage, when that package exists
-//	localhost/kdefer/kdefer-controller:TAG ./cmd/kdefer-controller, when that package exists
+//	kdefer.io/pause:1.0                  the sandbox image (test/images/pause)
+//	kdefer.io/busybox:VERSION            Debian's busybox-static with its applet links
+//	kdefer.io/kdefer-stage:TAG           ./cmd/kdefer-stage, when that package exists
+//	kdefer.io/kdefer-controller:TAG      ./cmd/kdefer-controller, when that package exists
+//
+// kdefer.io and the names come from api/v1alpha1 (ImageRepository,
+// StageImageName, ControllerImageName); TAG defaults to v1alpha1.Version, which
+// is also stamped into the binaries, so v1alpha1.DefaultStageImage() names the
+// image built here.
 //
 // Every file gets a fixed timestamp, so identical binaries give identical
 // image digests.
@@ -41,10 +46,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/kdefer/kdefer/api/v1alpha1"
 )
 
 // LocalRepo prefixes every image built for the local cluster.
-const LocalRepo = "localhost/kdefer"
+const LocalRepo = v1alpha1.ImageRepository
 
 // PauseTag is the pause image's tag; bump it when test/images/pause changes meaningfully.
 const PauseTag = "1.0"
@@ -54,7 +61,7 @@ var epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 func main() {
 	out := flag.String("out", "bin/images", "directory for NAME.tar and NAME.ref")
 	push := flag.String("push", "", "registry/repository to push kdefer's images to instead of writing tarballs")
-	tag := flag.String("tag", envOr("KDEFER_IMAGE_TAG", "dev"), "tag of kdefer's images (not \"latest\")")
+	tag := flag.String("tag", envOr("KDEFER_IMAGE_TAG", v1alpha1.Version), "tag of kdefer's images (not \"latest\")")
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
 	flag.Parse()
 	if *tag == "latest" || *tag == "" {
@@ -84,8 +91,8 @@ func main() {
 		imgs = append(imgs, b)
 	}
 	for _, cmd := range []struct{ name, user string }{
-		{"kdefer-stage", ""},
-		{"kdefer-controller", "65532:65532"},
+		{v1alpha1.StageImageName, ""},
+		{v1alpha1.ControllerImageName, "65532:65532"},
 	} {
 		img, ok, err := goImage(root, tmp, cmd.name, cmd.user, *tag)
 		if err != nil {
@@ -148,7 +155,7 @@ type file struct {
 
 func pauseImage(root, tmp string) (built, error) {
 	bin := filepath.Join(tmp, "pause")
-	if err := goBuild(root, "./test/images/pause", bin); err != nil {
+	if err := goBuild(root, "./test/images/pause", bin, ""); err != nil {
 		return built{}, err
 	}
 	data, err := os.ReadFile(bin)
@@ -218,7 +225,8 @@ func goImage(root, tmp, cmdName, user, tag string) (b built, ok bool, err error)
 		return built{}, false, nil
 	}
 	bin := filepath.Join(tmp, cmdName)
-	if err := goBuild(root, "./cmd/"+cmdName, bin); err != nil {
+	ld := "-X github.com/kdefer/kdefer/api/v1alpha1.Version=" + tag
+	if err := goBuild(root, "./cmd/"+cmdName, bin, ld); err != nil {
 		return built{}, true, err
 	}
 	data, err := os.ReadFile(bin)
@@ -293,8 +301,8 @@ func image(files []file, cfg v1.Config) (v1.Image, error) {
 }
 
 // goBuild builds a static, stripped binary of pkg (relative to the module root) at out.
-func goBuild(root, pkg, out string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+func goBuild(root, pkg, out, ldflags string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w "+ldflags), "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
