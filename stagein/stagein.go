@@ -1,0 +1,434 @@
+// Package stagein downloads a prefix, or exactly the files of a manifest,
+// into a directory: in parallel, large objects in parallel ranges, each file
+// written to a temporary name and renamed into place once complete and
+// verified, files already present with the right content skipped, and no
+// byte ever written outside the directory.
+package stagein
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/utils/clock"
+
+	"github.com/kdefer/kdefer/storage"
+)
+
+// Options configure a stage-in.
+type Options struct {
+	// From is a prefix URL or a manifest URL (".../_kdefer/manifest.json");
+	// To is the local directory (created if missing).
+	From, To    string
+	Concurrency int
+	Retry       storage.RetryPolicy
+	Log         zerolog.Logger
+	Clock       clock.WithTicker
+	// ProgressInterval between progress lines (0: none).
+	ProgressInterval time.Duration
+	// AllowEmpty accepts a prefix with no objects (else a permanent error:
+	// missing inputs are almost always a wrong URL).
+	AllowEmpty bool
+	// Backend, when set, is used instead of opening From (tests).
+	Backend storage.Backend
+}
+
+// Result is what a stage-in did.
+type Result struct {
+	Bytes, Objects, Skipped, TotalBytes int64
+	ManifestURL                         string
+}
+
+// TempSuffix marks files being downloaded. The name is deterministic so a
+// rerun after a crash truncates and reuses it instead of leaving garbage.
+const TempSuffix = ".kdefer-tmp"
+
+// rangeThreshold and rangeSize: objects above the threshold are fetched in
+// parallel ranges written with WriteAt straight into the file (no buffers).
+const (
+	rangeThreshold = 64 << 20
+	rangeSize      = 16 << 20
+)
+
+type entry struct {
+	key, rel string
+	size     int64
+	crc      uint32
+	hasCRC   bool // crc is known in advance (manifest)
+}
+
+// Run performs the stage-in.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Retry.Clock == nil {
+		o.Retry.Clock = o.Clock
+	}
+	prefixURL, isManifest := storage.SplitManifestURL(o.From)
+	loc, err := storage.ParseURL(prefixURL)
+	if err != nil {
+		return Result{}, err
+	}
+	be := o.Backend
+	if be == nil {
+		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency})
+		if err != nil {
+			return Result{}, err
+		}
+		defer be.Close()
+	}
+
+	// Collect and check every key before writing anything: one hostile key
+	// refuses the whole run, so nothing partial is left to trust.
+	var entries []entry
+	res := Result{}
+	if isManifest {
+		mkey := loc.Prefix + storage.ManifestKey
+		m, err := storage.ReadManifest(ctx, be, mkey, o.Retry)
+		if err != nil {
+			return Result{}, err
+		}
+		res.ManifestURL = loc.KeyURL(mkey)
+		for _, f := range m.Files {
+			crc, _ := storage.ParseChecksum(f.Checksum) // validated by ParseManifest
+			entries = append(entries, entry{key: loc.Prefix + f.Key, rel: f.Key, size: f.Size, crc: crc, hasCRC: true})
+		}
+	} else {
+		err = o.Retry.Do(ctx, func(ctx context.Context) error {
+			entries = entries[:0]
+			return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
+				if strings.HasPrefix(oi.Key, loc.Prefix+storage.ReservedDir) {
+					return nil // kdefer's own objects
+				}
+				rel, err := storage.RelFor(loc.Prefix, oi.Key)
+				if err != nil {
+					return err
+				}
+				entries = append(entries, entry{key: oi.Key, rel: rel, size: oi.Size})
+				return nil
+			})
+		})
+		if err != nil {
+			return Result{}, storage.WithOp("list "+loc.String(), err)
+		}
+		if len(entries) == 0 && !o.AllowEmpty {
+			return Result{}, storage.Permanentf("fix the URL, or pass --allow-empty", "no objects under %s", loc.String())
+		}
+	}
+	if err := checkTree(entries); err != nil {
+		return Result{}, err
+	}
+
+	if err := os.MkdirAll(o.To, 0o755); err != nil {
+		return Result{}, storage.WithOp("create destination directory", err)
+	}
+	root, err := os.OpenRoot(o.To)
+	if err != nil {
+		return Result{}, storage.WithOp("open destination directory", err)
+	}
+	defer root.Close()
+
+	prog := storage.NewProgress(o.Clock)
+	for _, en := range entries {
+		prog.FilesTotal.Add(1)
+		prog.BytesTotal.Add(en.size)
+	}
+	o.Log.Info().Str("from", loc.String()).Bool("manifest", isManifest).Str("to", o.To).
+		Int64("files", prog.FilesTotal.Load()).Int64("bytes", prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-in")
+	pctx, stopProgress := context.WithCancel(ctx)
+	defer stopProgress()
+	go prog.Run(pctx, o.Log, o.ProgressInterval)
+
+	d := &downloader{o: o, be: be, root: root, prog: prog}
+	pool := storage.NewPool(ctx, o.Concurrency)
+	for i := range entries {
+		en := &entries[i]
+		if !pool.Submit(func(ctx context.Context) {
+			if err := d.file(ctx, pool, en); err != nil {
+				pool.Fail(err)
+			}
+		}) {
+			break
+		}
+	}
+	if err := pool.Wait(); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	res.Bytes, res.Objects, res.Skipped, res.TotalBytes = prog.Moved.Load(), prog.Objects.Load(), prog.Skipped.Load(), prog.BytesTotal.Load()
+	prog.Log(o.Log, "finish stage-in")
+	return res, nil
+}
+
+// checkTree refuses key sets that cannot all be files: "a" and "a/b" both,
+// or a name that collides with a temporary file.
+func checkTree(entries []entry) error {
+	names := make(map[string]bool, len(entries))
+	for _, en := range entries {
+		names[en.rel] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		if strings.HasSuffix(n, TempSuffix) {
+			return storage.Permanentf("rename the object", "refuse key %q: its name ends in %s, used for partial downloads", n, TempSuffix)
+		}
+		for dir := path.Dir(n); dir != "."; dir = path.Dir(dir) {
+			if names[dir] {
+				return storage.Permanentf("rename one of the objects", "refuse keys %q and %q: one would be both a file and a directory", dir, n)
+			}
+		}
+	}
+	return nil
+}
+
+type downloader struct {
+	o    Options
+	be   storage.Backend
+	root *os.Root
+	prog *storage.Progress
+}
+
+func (d *downloader) done(en *entry, moved bool) {
+	d.prog.FilesDone.Add(1)
+	if moved {
+		d.prog.Objects.Add(1)
+	} else {
+		d.prog.Skipped.Add(1)
+		d.prog.BytesDone.Add(en.size)
+	}
+}
+
+func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) error {
+	if skip, err := d.present(ctx, en); err != nil || skip {
+		if skip {
+			d.done(en, false)
+		}
+		return err
+	}
+	if dir := path.Dir(en.rel); dir != "." {
+		if err := d.root.MkdirAll(dir, 0o755); err != nil {
+			return storage.Permanentf("remove what blocks the directory, or the symlink leaving the destination", "create directory for %q: %v", en.rel, err)
+		}
+	}
+	tmp := en.rel + TempSuffix
+	f, err := d.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return storage.WithOp("create "+strconv.Quote(tmp), err)
+	}
+	committed := false
+	defer func() {
+		f.Close()
+		if !committed {
+			_ = d.root.Remove(tmp)
+		}
+	}()
+	if en.size > rangeThreshold {
+		err = d.ranged(ctx, pool, f, en)
+	} else {
+		err = d.whole(ctx, f, en)
+	}
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return storage.WithOp("write "+strconv.Quote(tmp), err)
+	}
+	if err := d.root.Rename(tmp, en.rel); err != nil {
+		return storage.WithOp("rename "+strconv.Quote(tmp), err)
+	}
+	committed = true
+	d.done(en, true)
+	return nil
+}
+
+// present reports whether the local file already has the object's content.
+// It needs a known checksum (the manifest's, or the one the store keeps);
+// with none the file is fetched again.
+func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
+	fi, err := d.root.Lstat(en.rel)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != en.size {
+		return false, nil
+	}
+	var md5Want []byte
+	if !en.hasCRC {
+		var oi storage.ObjectInfo
+		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
+			var err error
+			oi, err = d.be.Stat(ctx, en.key)
+			return err
+		})
+		if err != nil {
+			return false, storage.WithOp("stat "+strconv.Quote(en.key), err)
+		}
+		if oi.Size != en.size || (!oi.HasCRC32C && oi.MD5 == nil) {
+			return false, nil
+		}
+		en.crc, en.hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
+	}
+	f, err := d.root.Open(en.rel)
+	if err != nil {
+		return false, nil
+	}
+	defer f.Close()
+	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	h := md5.New()
+	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h), f); err != nil {
+		return false, nil
+	}
+	if en.hasCRC {
+		return crc.Sum32() == en.crc, nil
+	}
+	return bytes.Equal(h.Sum(nil), md5Want), nil
+}
+
+var errChecksum = errors.New("checksum mismatch")
+
+func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
+	var got int64
+	err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
+		d.prog.BytesDone.Add(-got)
+		d.prog.Moved.Add(-got)
+		got = 0
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		r, oi, err := d.be.NewReader(ctx, en.key, 0, -1)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+		n, err := storage.CopyBuffer(io.MultiWriter(f, crc, progressWriter(func(k int64) {
+			got += k
+			d.prog.BytesDone.Add(k)
+			d.prog.Moved.Add(k)
+		})), r)
+		if err != nil {
+			return err
+		}
+		if n != en.size && en.hasCRC {
+			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("got %d bytes, manifest says %d", n, en.size)}
+		}
+		want, has := en.crc, en.hasCRC
+		if !has {
+			want, has = oi.CRC32C, oi.HasCRC32C
+		}
+		if has && crc.Sum32() != want {
+			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: got crc32c:%08x, want crc32c:%08x", errChecksum, crc.Sum32(), want)}
+		}
+		return nil
+	})
+	return storage.WithOp("download "+strconv.Quote(en.key), err)
+}
+
+type progressWriter func(int64)
+
+func (p progressWriter) Write(b []byte) (int, error) { p(int64(len(b))); return len(b), nil }
+
+func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File, en *entry) error {
+	if !en.hasCRC {
+		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
+			oi, err := d.be.Stat(ctx, en.key)
+			if err == nil {
+				en.crc, en.hasCRC = oi.CRC32C, oi.HasCRC32C
+				if oi.Size != en.size {
+					return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("object changed size during the run")}
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return storage.WithOp("stat "+strconv.Quote(en.key), err)
+		}
+	}
+	if err := f.Truncate(en.size); err != nil {
+		return storage.WithOp("allocate "+strconv.Quote(en.rel), err)
+	}
+	n := int((en.size + rangeSize - 1) / rangeSize)
+	crcs := make([]uint32, n)
+	errs := make([]error, n)
+	fns := make([]func(context.Context), n)
+	for i := range n {
+		off := int64(i) * rangeSize
+		size := min(int64(rangeSize), en.size-off)
+		fns[i] = func(ctx context.Context) {
+			var got int64
+			errs[i] = d.o.Retry.Do(ctx, func(ctx context.Context) error {
+				d.prog.BytesDone.Add(-got)
+				d.prog.Moved.Add(-got)
+				got = 0
+				r, _, err := d.be.NewReader(ctx, en.key, off, size)
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+				w := io.MultiWriter(io.NewOffsetWriter(f, off), crc, progressWriter(func(k int64) {
+					got += k
+					d.prog.BytesDone.Add(k)
+					d.prog.Moved.Add(k)
+				}))
+				m, err := storage.CopyBuffer(w, r)
+				if err != nil {
+					return err
+				}
+				if m != size {
+					return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("range at %d: got %d bytes, want %d", off, m, size)}
+				}
+				crcs[i] = crc.Sum32()
+				return nil
+			})
+		}
+	}
+	pool.Parallel(fns)
+	if err := firstErr(errs); err != nil {
+		return storage.WithOp("download "+strconv.Quote(en.key), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	crc := crcs[0]
+	for i := 1; i < n; i++ {
+		crc = storage.CombineCRC32C(crc, crcs[i], min(int64(rangeSize), en.size-int64(i)*rangeSize))
+	}
+	if en.hasCRC && crc != en.crc {
+		// A mismatch over a whole large file: fetch it again as one stream
+		// would cost as much as the retry; report it as transient.
+		return storage.WithOp("download "+strconv.Quote(en.key), &storage.Error{Class: storage.Transient,
+			Err: fmt.Errorf("%w: got crc32c:%08x, want crc32c:%08x", errChecksum, crc, en.crc)})
+	}
+	return nil
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,468 @@
+// Package stageout uploads a directory tree under an object-storage prefix:
+// files in parallel, large files in parallel parts, each file's CRC32C
+// computed in the pass that uploads it, objects already stored with the
+// same size and checksum skipped, and the manifest written last.
+package stageout
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"errors"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/utils/clock"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/storage"
+)
+
+// Options configure a stage-out.
+type Options struct {
+	// From is the local directory; To the destination URL (templates
+	// already expanded).
+	From, To         string
+	Include, Exclude []string
+	// Concurrency is the number of transfers in flight (default 16).
+	Concurrency int
+	Retry       storage.RetryPolicy
+	Log         zerolog.Logger
+	Clock       clock.WithTicker
+	// ProgressInterval between progress lines (0: none).
+	ProgressInterval time.Duration
+	// Env looks up the KDEFER_* identity recorded in the manifest.
+	Env func(string) (string, bool)
+	// Version is recorded in the manifest as "kdefer-stage <Version>".
+	Version string
+	// Backend, when set, is used instead of opening To (tests).
+	Backend storage.Backend
+}
+
+// Result is what a stage-out did.
+type Result struct {
+	Bytes, Objects, Skipped, TotalBytes int64
+	ManifestURL                         string
+	Manifest                            *storage.Manifest
+}
+
+type file struct {
+	rel, key string
+	size     int64
+	mtime    time.Time
+	crc      uint32
+}
+
+// Run performs the stage-out.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Env == nil {
+		o.Env = os.LookupEnv
+	}
+	if o.Retry.Clock == nil {
+		o.Retry.Clock = o.Clock
+	}
+	start := o.Clock.Now()
+	loc, err := storage.ParseURL(o.To)
+	if err != nil {
+		return Result{}, err
+	}
+	filter, err := NewFilter(o.Include, o.Exclude)
+	if err != nil {
+		return Result{}, storage.Usagef("%v", err)
+	}
+	root, err := os.OpenRoot(o.From)
+	if err != nil {
+		return Result{}, storage.Permanentf("point --from at the directory to upload", "open source directory: %w", err)
+	}
+	defer root.Close()
+
+	// Walk and check every name before any byte moves, so a hostile or
+	// unrepresentable file name fails the run before it has done anything.
+	files, err := walk(root, loc.Prefix, filter, o.Log)
+	if err != nil {
+		return Result{}, err
+	}
+
+	be := o.Backend
+	if be == nil {
+		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true})
+		if err != nil {
+			return Result{}, err
+		}
+		defer be.Close()
+	}
+
+	prog := storage.NewProgress(o.Clock)
+	for _, f := range files {
+		prog.FilesTotal.Add(1)
+		prog.BytesTotal.Add(f.size)
+	}
+	o.Log.Info().Str("from", o.From).Str("to", loc.String()).Int64("files", prog.FilesTotal.Load()).
+		Int64("bytes", prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-out")
+
+	// One listing tells which objects exist already (and their sizes):
+	// a HEAD per file would double the requests of a first run.
+	manifestKey := loc.Prefix + storage.ManifestKey
+	existing := map[string]int64{}
+	hasManifest := false
+	err = o.Retry.Do(ctx, func(ctx context.Context) error {
+		clear(existing)
+		hasManifest = false
+		return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
+			if oi.Key == manifestKey {
+				hasManifest = true
+			}
+			existing[oi.Key] = oi.Size
+			return nil
+		})
+	})
+	if err != nil {
+		return Result{}, storage.WithOp("list destination", err)
+	}
+
+	pctx, stopProgress := context.WithCancel(ctx)
+	defer stopProgress()
+	go prog.Run(pctx, o.Log, o.ProgressInterval)
+
+	e := &engine{o: o, be: be, root: root, prog: prog, manifestKey: manifestKey, hasManifest: hasManifest}
+	if mp, ok := be.(storage.Multipart); ok {
+		e.mp = mp
+	}
+	pool := storage.NewPool(ctx, o.Concurrency)
+	for i := range files {
+		f := &files[i]
+		size, exists := existing[f.key]
+		if !pool.Submit(func(ctx context.Context) {
+			if err := e.file(ctx, pool, f, exists && size == f.size); err != nil {
+				pool.Fail(err)
+			}
+		}) {
+			break
+		}
+	}
+	if err := pool.Wait(); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+
+	// Every object is stored: now, and only now, the manifest.
+	m := &storage.Manifest{
+		Version: storage.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
+		Identity: identity(o.Env), Start: start.UTC(), Files: make([]storage.ManifestFile, len(files)),
+	}
+	m.Trigger, _ = o.Env(v1.EnvTrigger)
+	m.ExitCode, _ = o.Env(v1.EnvExitCode)
+	for i, f := range files {
+		m.Files[i] = storage.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
+		m.TotalBytes += f.size
+	}
+	if err := e.writeManifest(ctx, m); err != nil {
+		return Result{}, err
+	}
+	res := Result{
+		Bytes: prog.Moved.Load(), Objects: prog.Objects.Load(), Skipped: prog.Skipped.Load(),
+		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey), Manifest: m,
+	}
+	prog.Log(o.Log, "finish stage-out")
+	return res, nil
+}
+
+func identity(env func(string) (string, bool)) map[string]string {
+	id := map[string]string{}
+	for k, name := range map[string]string{"namespace": v1.EnvNamespace, "job": v1.EnvJob, "pod": v1.EnvPod, "node": v1.EnvNode, "uid": v1.EnvUID, "index": v1.EnvIndex} {
+		if v, ok := env(name); ok && v != "" {
+			id[k] = v
+		}
+	}
+	if len(id) == 0 {
+		return nil
+	}
+	return id
+}
+
+// walk lists the regular files under root. Symlinks are followed only to
+// regular files inside root (os.Root refuses escapes); symlinked
+// directories are not followed (no loops, no escapes); special files are
+// skipped with a warning.
+func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger) ([]file, error) {
+	var files []file
+	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return storage.WithOp("walk "+strconv.Quote(p), err)
+		}
+		if p == "." {
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return storage.WithOp("stat "+strconv.Quote(p), err)
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			target, err := root.Stat(p)
+			if err != nil {
+				log.Warn().Str("path", p).Str("reason", "symlink target is outside the directory or missing").Msg("skip symlink")
+				return nil
+			}
+			if !target.Mode().IsRegular() {
+				log.Warn().Str("path", p).Str("reason", "symlink to a non-regular file or directory is not followed").Msg("skip symlink")
+				return nil
+			}
+			info = target
+		} else if !info.Mode().IsRegular() {
+			log.Warn().Str("path", p).Str("mode", info.Mode().Type().String()).Msg("skip special file")
+			return nil
+		}
+		if !filter.Match(p) {
+			return nil
+		}
+		key, err := storage.KeyFor(prefix, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, file{rel: p, key: key, size: info.Size(), mtime: info.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
+	return files, nil
+}
+
+type engine struct {
+	o           Options
+	be          storage.Backend
+	mp          storage.Multipart
+	root        *os.Root
+	prog        *storage.Progress
+	manifestKey string
+
+	mu          sync.Mutex
+	hasManifest bool // a manifest from an earlier run exists
+	wrote       bool // this run stored an object
+}
+
+// beforeWrite removes an earlier run's manifest before this run changes any
+// object it lists: a manifest must only ever describe objects as they are.
+func (e *engine) beforeWrite(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.wrote = true
+	if !e.hasManifest {
+		return nil
+	}
+	err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.manifestKey) })
+	if err != nil {
+		return storage.WithOp("remove outdated manifest", err)
+	}
+	e.hasManifest = false
+	return nil
+}
+
+func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, sameSize bool) error {
+	fh, err := e.root.Open(f.rel)
+	if err != nil {
+		return storage.WithOp("open "+strconv.Quote(f.rel), err)
+	}
+	defer fh.Close()
+	if sameSize {
+		skip, err := e.alreadyStored(ctx, fh, f)
+		if err != nil {
+			return err
+		}
+		if skip {
+			e.prog.Skipped.Add(1)
+			e.prog.FilesDone.Add(1)
+			e.prog.BytesDone.Add(f.size)
+			return nil
+		}
+	}
+	if err := e.beforeWrite(ctx); err != nil {
+		return err
+	}
+	if e.mp != nil {
+		if ps := e.mp.PartSize(f.size); ps > 0 {
+			return e.multipart(ctx, pool, fh, f, ps)
+		}
+	}
+	var sent int64
+	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
+		e.prog.BytesDone.Add(-sent)
+		e.prog.Moved.Add(-sent)
+		sent = 0
+		crc, err := e.be.Put(ctx, f.key, fh, f.size, func(n int64) {
+			sent += n
+			e.prog.BytesDone.Add(n)
+			e.prog.Moved.Add(n)
+		})
+		f.crc = crc
+		return err
+	})
+	if err != nil {
+		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
+	}
+	e.prog.Objects.Add(1)
+	e.prog.FilesDone.Add(1)
+	return nil
+}
+
+// alreadyStored reports whether the object at f.key has f's content: same
+// size (known from the listing) and the same checksum, compared with the
+// strongest one the store keeps. Without a stored checksum the object is
+// rewritten: an unverifiable object is not known to be complete.
+func (e *engine) alreadyStored(ctx context.Context, fh *os.File, f *file) (bool, error) {
+	var oi storage.ObjectInfo
+	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		oi, err = e.be.Stat(ctx, f.key)
+		return err
+	})
+	if errors.Is(err, storage.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, storage.WithOp("stat "+strconv.Quote(f.key), err)
+	}
+	if oi.Size != f.size || (!oi.HasCRC32C && oi.MD5 == nil) {
+		return false, nil
+	}
+	h := md5.New()
+	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	var w io.Writer = crc
+	if !oi.HasCRC32C {
+		w = io.MultiWriter(crc, h)
+	}
+	n, err := storage.CopyBuffer(w, io.NewSectionReader(fh, 0, f.size))
+	if err != nil {
+		return false, storage.WithOp("read "+strconv.Quote(f.rel), err)
+	}
+	if n != f.size {
+		return false, nil
+	}
+	f.crc = crc.Sum32()
+	if oi.HasCRC32C {
+		return oi.CRC32C == f.crc, nil
+	}
+	return bytes.Equal(oi.MD5, h.Sum(nil)), nil
+}
+
+func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File, f *file, partSize int64) error {
+	var up storage.Upload
+	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		up, err = e.mp.Begin(ctx, f.key)
+		return err
+	})
+	if err != nil {
+		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
+	}
+	n := int((f.size + partSize - 1) / partSize)
+	parts := make([]storage.Part, n)
+	errs := make([]error, n)
+	fns := make([]func(context.Context), n)
+	for i := range n {
+		off := int64(i) * partSize
+		size := min(partSize, f.size-off)
+		fns[i] = func(ctx context.Context) {
+			var sent int64
+			errs[i] = e.o.Retry.Do(ctx, func(ctx context.Context) error {
+				e.prog.BytesDone.Add(-sent)
+				e.prog.Moved.Add(-sent)
+				sent = 0
+				src := &countReader{r: io.NewSectionReader(fh, off, size), on: func(k int64) {
+					sent += k
+					e.prog.BytesDone.Add(k)
+					e.prog.Moved.Add(k)
+				}}
+				var err error
+				parts[i], err = up.PutPart(ctx, i+1, src, size)
+				return err
+			})
+		}
+	}
+	pool.Parallel(fns)
+	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
+		if err == nil {
+			err = ctx.Err()
+		}
+		// Best effort: an upload left behind is cleaned by the bucket's
+		// lifecycle rule for incomplete uploads.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_ = up.Abort(actx)
+		cancel()
+		return storage.WithOp("upload "+strconv.Quote(f.rel), firstErr(errs, err))
+	}
+	crc := parts[0].CRC
+	for _, p := range parts[1:] {
+		crc = storage.CombineCRC32C(crc, p.CRC, p.Size)
+	}
+	err = e.o.Retry.Do(ctx, func(ctx context.Context) error { return up.Complete(ctx, parts, crc) })
+	if err != nil {
+		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
+	}
+	f.crc = crc
+	e.prog.Objects.Add(1)
+	e.prog.FilesDone.Add(1)
+	return nil
+}
+
+func firstErr(errs []error, def error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return def
+}
+
+type countReader struct {
+	r  io.Reader
+	on func(int64)
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.on(int64(n))
+	}
+	return n, err
+}
+
+func (e *engine) writeManifest(ctx context.Context, m *storage.Manifest) error {
+	if !e.wrote && e.hasManifest {
+		// Nothing changed this run: keep the earlier manifest if it lists
+		// exactly these files, and rewrite nothing.
+		if old, err := storage.ReadManifest(ctx, e.be, e.manifestKey, e.o.Retry); err == nil && storage.SameFiles(old.Files, m.Files) {
+			*m = *old
+			return nil
+		}
+	}
+	m.End = e.o.Clock.Now().UTC()
+	data, err := m.Marshal()
+	if err != nil {
+		return err
+	}
+	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
+		_, err := e.be.Put(ctx, e.manifestKey, bytes.NewReader(data), int64(len(data)), nil)
+		return err
+	})
+	return storage.WithOp("write manifest", err)
+}

@@ -1,0 +1,263 @@
+package storage
+
+import (
+	"context"
+
+	"fmt"
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ManifestKey is the manifest's key relative to a stage-out prefix.
+const ManifestKey = v1.ManifestKey
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Key     string
+	Size    int64
+	ModTime time.Time
+	// CRC32C is the full-object CRC32C the store keeps for the object, valid
+	// when HasCRC32C (S3 with checksums; stores that keep none leave it unset).
+	CRC32C    uint32
+	HasCRC32C bool
+	// MD5 is the MD5 the store keeps (gocloud's file and mem stores always,
+	// GCS for non-composite objects), or nil.
+	MD5 []byte
+}
+
+// Backend is the small interface every store implements. Keys are full
+// object keys (prefix included). Implementations must be safe for
+// concurrent use. Errors are classified (see ClassOf) where the backend
+// knows better than the generic classifier.
+type Backend interface {
+	// Put stores size bytes of src (read from offset 0) under key, and
+	// returns the CRC32C of the bytes it sent, computed in the same pass.
+	// src is an io.ReaderAt so that a retry re-reads the file instead of
+	// holding a copy in memory.
+	Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error)
+	// Stat returns the object's attributes, or an error wrapping ErrNotExist.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// NewReader reads length bytes from offset off (length < 0: to the end).
+	// The returned ObjectInfo carries the full-object checksum when the
+	// store sent one and the whole object is read.
+	NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, ObjectInfo, error)
+	// List calls fn for every object whose key starts with prefix.
+	List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
+	// Delete removes key; a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	Close() error
+}
+
+// Multipart is implemented by backends that can upload parts of one object
+// in parallel (S3). The engine schedules the parts on its shared workers.
+type Multipart interface {
+	// PartSize returns the part size for an object of size bytes, or 0 when
+	// it should be uploaded with a single Put.
+	PartSize(size int64) int64
+	Begin(ctx context.Context, key string) (Upload, error)
+}
+
+// Upload is one multipart upload in progress.
+type Upload interface {
+	// PutPart uploads part n (1-based); it returns the part's CRC32C.
+	PutPart(ctx context.Context, n int, src io.Reader, size int64) (Part, error)
+	// Complete assembles the parts; crc is the full-object CRC32C, which the
+	// server checks against the parts.
+	Complete(ctx context.Context, parts []Part, crc uint32) error
+	Abort(ctx context.Context) error
+}
+
+// Part is a stored part.
+type Part struct {
+	N    int
+	ETag string
+	Size int64
+	CRC  uint32
+}
+
+// Location is a parsed stage URL.
+type Location struct {
+	// Scheme is s3, file, mem, gs or azblob.
+	Scheme string
+	// Bucket is the bucket (s3, gs), container (azblob), directory (file)
+	// or name (mem).
+	Bucket string
+	// Prefix is the key prefix, empty or ending in "/".
+	Prefix string
+	// Query holds the URL's parameters (passed to the backend, which
+	// rejects unknown ones).
+	Query url.Values
+}
+
+// ParseURL parses a stage URL. For file:// the whole path is the directory
+// objects are stored in and the prefix is empty; for the others the host
+// is the bucket and the path the prefix. Credentials in the URL are refused:
+// URLs end up in pod specs, logs and manifests.
+func ParseURL(raw string) (Location, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse quotes the whole input; say what is wrong without echoing it.
+		var ue *url.Error
+		msg := err.Error()
+		if asURLError(err, &ue) {
+			msg = ue.Err.Error()
+		}
+		return Location{}, Permanentf("write the URL as scheme://bucket/prefix[?params]", "malformed URL: %s", msg)
+	}
+	if u.User != nil {
+		return Location{}, Permanentf("remove the credentials from the URL; pass them as environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) or the backend's credential file",
+			"URL %s carries credentials", Redact(raw))
+	}
+	if u.Fragment != "" || u.Opaque != "" {
+		return Location{}, Permanentf("write the URL as scheme://bucket/prefix[?params]", "malformed URL %s", Redact(raw))
+	}
+	loc := Location{Scheme: u.Scheme, Query: u.Query()}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return Location{}, Permanentf("use file:///absolute/path", "file URL %s has a host", Redact(raw))
+		}
+		if !strings.HasPrefix(u.Path, "/") {
+			return Location{}, Permanentf("use file:///absolute/path", "file URL %s is not absolute", Redact(raw))
+		}
+		loc.Bucket = strings.TrimSuffix(u.Path, "/")
+		if loc.Bucket == "" {
+			loc.Bucket = "/"
+		}
+	case "s3", "gs", "azblob", "mem":
+		if u.Host == "" && u.Scheme != "mem" {
+			return Location{}, Permanentf("write the URL as "+u.Scheme+"://bucket/prefix", "URL %s has no bucket", Redact(raw))
+		}
+		loc.Bucket = u.Host
+		p := strings.TrimPrefix(u.Path, "/")
+		if p != "" {
+			if !strings.HasSuffix(p, "/") {
+				p += "/"
+			}
+			if err := CheckRel(strings.TrimSuffix(p, "/")); err != nil {
+				return Location{}, Permanentf("fix the prefix in the URL", "URL %s: prefix: %w", Redact(raw), err)
+			}
+		}
+		loc.Prefix = p
+	case "":
+		return Location{}, Permanentf("prefix the destination with file://, s3://, gs://, azblob:// or mem://", "URL %s has no scheme", Redact(raw))
+	default:
+		return Location{}, Permanentf("use file://, s3://, gs://, azblob:// or mem://", "URL scheme %q is not supported", u.Scheme)
+	}
+	return loc, nil
+}
+
+// SplitManifestURL recognises a URL naming a manifest object
+// (".../_kdefer/manifest.json", query kept) and returns the URL of its prefix.
+func SplitManifestURL(raw string) (prefixURL string, ok bool) {
+	base, query, hasQuery := strings.Cut(raw, "?")
+	trimmed, ok := strings.CutSuffix(base, "/"+ManifestKey)
+	if !ok {
+		return raw, false
+	}
+	if strings.HasSuffix(trimmed, ":/") { // s3://bucket/_kdefer/... has "s3://bucket" left
+		return raw, false
+	}
+	if hasQuery {
+		return trimmed + "/?" + query, true
+	}
+	return trimmed + "/", true
+}
+
+func asURLError(err error, target **url.Error) bool {
+	ue, ok := err.(*url.Error)
+	if ok {
+		*target = ue
+	}
+	return ok
+}
+
+// String renders the location without credentials or query parameters (the
+// query can carry secrets for some backends).
+func (l Location) String() string {
+	if l.Scheme == "file" {
+		return "file://" + strings.TrimSuffix(l.Bucket, "/") + "/" + l.Prefix
+	}
+	return l.Scheme + "://" + l.Bucket + "/" + l.Prefix
+}
+
+// KeyURL renders the URL of one key under the location (no query).
+func (l Location) KeyURL(key string) string {
+	if l.Scheme == "file" {
+		return "file://" + strings.TrimSuffix(l.Bucket, "/") + "/" + key
+	}
+	return l.Scheme + "://" + l.Bucket + "/" + key
+}
+
+// Redact returns raw without userinfo and without query parameters, for
+// messages. It never fails: unparsable input is cut at the first '?' and '@'.
+func Redact(raw string) string {
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		raw = raw[:i]
+	}
+	if i := strings.Index(raw, "://"); i >= 0 {
+		rest := raw[i+3:]
+		host, path, _ := strings.Cut(rest, "/")
+		if j := strings.LastIndex(host, "@"); j >= 0 {
+			host = host[j+1:]
+		}
+		out := raw[:i+3] + host
+		if strings.Contains(rest, "/") {
+			out += "/" + path
+		}
+		return out
+	}
+	if j := strings.LastIndex(raw, "@"); j >= 0 {
+		return raw[j+1:]
+	}
+	return raw
+}
+
+// OpenOptions tune a backend.
+type OpenOptions struct {
+	// Concurrency is the number of parallel transfers the engine will run;
+	// the S3 backend sizes its connection pool to it.
+	Concurrency int
+	// Create makes a missing file:// directory (stage-out).
+	Create bool
+}
+
+// Open opens the backend for loc.
+func Open(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 16
+	}
+	switch loc.Scheme {
+	case "s3":
+		return openS3(loc, opts)
+	case "file", "mem", "gs", "azblob":
+		return openBlob(ctx, loc, opts)
+	}
+	return nil, Permanentf("", "URL scheme %q is not supported", loc.Scheme)
+}
+
+// copyBufSize is the size of each copy buffer. Buffers come from one pool and
+// each worker holds at most one, so buffer memory is bounded by
+// concurrency * copyBufSize (16 * 256 KiB = 4 MiB by default) whatever the
+// number or size of files: no per-file or per-part buffers are ever
+// allocated, since uploads stream from the file (io.ReaderAt sections) and
+// downloads stream into it (WriteAt).
+const copyBufSize = 256 << 10
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+func getBuf() *[]byte  { return bufPool.Get().(*[]byte) }
+func putBuf(b *[]byte) { bufPool.Put(b) }
+
+// CopyBuffer copies with a pooled buffer.
+func CopyBuffer(dst io.Writer, src io.Reader) (int64, error) {
+	b := getBuf()
+	defer putBuf(b)
+	return io.CopyBuffer(dst, src, *b)
+}
+
+func notExist(key string) error { return fmt.Errorf("%q: %w", key, ErrNotExist) }

@@ -1,0 +1,80 @@
+package storage
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// ReservedDir is the directory, under a stage-out prefix, that holds kdefer's
+// own objects (the manifest). Files and keys under it are refused, so a user
+// file can never overwrite or fake a manifest.
+const ReservedDir = "_kdefer/"
+
+// MaxKeyLen is S3's (and GCS's) limit on object key length in bytes.
+const MaxKeyLen = 1024
+
+// CheckRel validates a slash-separated relative name, used both for the local
+// paths stage-out turns into keys and for the keys stage-in turns into local
+// paths. It refuses everything that is not a plain downward path: empty,
+// absolute, "." or ".." segments, empty segments, backslashes (a path
+// separator elsewhere), control characters (they break S3's XML listings and
+// terminals), invalid UTF-8 (not a valid object key), and the reserved
+// _kdefer/ directory. Refusing is permanent: the fix is to rename the file
+// (stage-out) or the object (stage-in).
+func CheckRel(rel string) error {
+	switch {
+	case rel == "":
+		return fmt.Errorf("empty name")
+	case !utf8.ValidString(rel):
+		return fmt.Errorf("name %q is not valid UTF-8", rel)
+	case strings.HasPrefix(rel, "/"):
+		return fmt.Errorf("name %q is absolute", rel)
+	case strings.ContainsRune(rel, '\\'):
+		return fmt.Errorf("name %q contains a backslash", rel)
+	case strings.HasPrefix(rel, ReservedDir) || rel == strings.TrimSuffix(ReservedDir, "/"):
+		return fmt.Errorf("name %q is in kdefer's reserved directory %s", rel, ReservedDir)
+	}
+	for _, r := range rel {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("name %q contains a control character", rel)
+		}
+	}
+	for seg := range strings.SplitSeq(rel, "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("name %q has an empty path segment", rel)
+		case ".", "..":
+			return fmt.Errorf("name %q has a %q segment", rel, seg)
+		}
+		if len(seg) > 255 {
+			return fmt.Errorf("name %q has a segment longer than 255 bytes", rel)
+		}
+	}
+	return nil
+}
+
+// KeyFor joins a prefix (empty or ending in "/") and a checked relative name.
+func KeyFor(prefix, rel string) (string, error) {
+	if err := CheckRel(rel); err != nil {
+		return "", Permanentf("rename the file or exclude it with --exclude", "refuse file: %w", err)
+	}
+	key := prefix + rel
+	if len(key) > MaxKeyLen {
+		return "", Permanentf("shorten the prefix or the path", "refuse file %q: key is %d bytes, the limit is %d", rel, len(key), MaxKeyLen)
+	}
+	return key, nil
+}
+
+// RelFor returns the local relative path for an object key under prefix, or
+// a permanent error for keys that would escape the destination.
+func RelFor(prefix, key string) (string, error) {
+	rel, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return "", Permanentf("", "refuse key %q: not under prefix %q", key, prefix)
+	}
+	if err := CheckRel(rel); err != nil {
+		return "", Permanentf("remove or rename the object in the bucket", "refuse hostile key: %w", err)
+	}
+	return rel, nil
+}

@@ -1,0 +1,126 @@
+package storage
+
+import (
+	"context"
+	"sync"
+)
+
+// Pool runs units of work on a fixed number of workers: whole files, and
+// the parts of large files. A file's unit offers its parts to idle workers
+// and runs those nobody takes itself, so a few large files still keep every
+// worker busy, nothing ever blocks on a full queue, and the number of
+// transfers in flight (hence connections and buffers) never exceeds the
+// worker count.
+type Pool struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	units  chan func(context.Context)
+	parts  chan func(context.Context)
+	done   chan struct{}
+	wg     sync.WaitGroup // workers
+	track  sync.WaitGroup // submitted units
+	once   sync.Once
+	err    error
+	mu     sync.Mutex
+}
+
+// NewPool starts n workers.
+func NewPool(ctx context.Context, n int) *Pool {
+	ctx, cancel := context.WithCancelCause(ctx)
+	p := &Pool{ctx: ctx, cancel: cancel, units: make(chan func(context.Context)), parts: make(chan func(context.Context)), done: make(chan struct{})}
+	for range max(n, 1) {
+		p.wg.Add(1)
+		go p.work()
+	}
+	return p
+}
+
+// Context is cancelled when a unit fails.
+func (p *Pool) Context() context.Context { return p.ctx }
+
+func (p *Pool) work() {
+	defer p.wg.Done()
+	units := p.units
+	for {
+		select { // parts first: they finish files already started
+		case f := <-p.parts:
+			f(p.ctx)
+			continue
+		default:
+		}
+		select {
+		case f := <-p.parts:
+			f(p.ctx)
+		case f, ok := <-units:
+			if !ok {
+				units = nil
+				continue
+			}
+			f(p.ctx)
+		case <-p.done:
+			return
+		}
+	}
+}
+
+// Fail records the first error and cancels the pool.
+func (p *Pool) Fail(err error) {
+	if err == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+	p.cancel(err)
+}
+
+// Err returns the first recorded error.
+func (p *Pool) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Submit queues a unit; it blocks until a worker takes it. It returns false
+// once the pool has failed.
+func (p *Pool) Submit(f func(context.Context)) bool {
+	p.track.Add(1)
+	g := func(ctx context.Context) { defer p.track.Done(); f(ctx) }
+	select {
+	case p.units <- g:
+		return true
+	case <-p.ctx.Done():
+		p.track.Done()
+		return false
+	}
+}
+
+// Parallel runs fns, offering each to an idle worker and running it on the
+// caller's goroutine when none is idle, and waits for all of them.
+func (p *Pool) Parallel(fns []func(context.Context)) {
+	var wg sync.WaitGroup
+	for _, f := range fns {
+		wg.Add(1)
+		g := func(ctx context.Context) { defer wg.Done(); f(ctx) }
+		select {
+		case p.parts <- g:
+		default:
+			g(p.ctx)
+		}
+	}
+	wg.Wait()
+}
+
+// Wait ends submission, waits for every unit and stops the workers.
+func (p *Pool) Wait() error {
+	p.once.Do(func() { close(p.units) })
+	// Every Submit has returned, so every unit is running or finished; the
+	// workers stay until the last unit (and the parts it offers) is done.
+	p.track.Wait()
+	close(p.done)
+	p.wg.Wait()
+	p.cancel(nil)
+	return p.Err()
+}

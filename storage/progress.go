@@ -1,0 +1,74 @@
+package storage
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/utils/clock"
+)
+
+// Progress counts a transfer and logs it at a steady interval: one JSON line
+// per interval is what `kubectl logs` readers (people and tools) want, with
+// no line per file.
+type Progress struct {
+	FilesTotal atomic.Int64
+	BytesTotal atomic.Int64
+	FilesDone  atomic.Int64 // transferred or skipped
+	BytesDone  atomic.Int64 // transferred or skipped
+	Moved      atomic.Int64 // bytes transferred in this run
+	Objects    atomic.Int64 // objects transferred in this run
+	Skipped    atomic.Int64 // objects already complete
+
+	start time.Time
+	clk   clock.WithTicker
+}
+
+// NewProgress starts counting now.
+func NewProgress(clk clock.WithTicker) *Progress {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Progress{clk: clk, start: clk.Now()}
+}
+
+// Elapsed since NewProgress.
+func (p *Progress) Elapsed() time.Duration { return p.clk.Since(p.start) }
+
+// Log writes one progress line.
+func (p *Progress) Log(log zerolog.Logger, msg string) {
+	el := p.Elapsed().Seconds()
+	done, total := p.BytesDone.Load(), p.BytesTotal.Load()
+	var rate float64
+	if el > 0 {
+		rate = float64(p.Moved.Load()) / el
+	}
+	ev := log.Info().
+		Int64("files", p.FilesDone.Load()).Int64("filesTotal", p.FilesTotal.Load()).
+		Int64("bytes", done).Int64("bytesTotal", total).
+		Int64("skipped", p.Skipped.Load()).
+		Float64("rateMBps", float64(int64(rate/1e4))/100).
+		Float64("elapsedSeconds", float64(int64(el*10))/10)
+	if rate > 0 && total >= done {
+		ev = ev.Float64("etaSeconds", float64(int64(float64(total-done)/rate*10))/10)
+	}
+	ev.Msg(msg)
+}
+
+// Run logs every interval until ctx ends.
+func (p *Progress) Run(ctx context.Context, log zerolog.Logger, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	t := p.clk.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			p.Log(log, "transfer progress")
+		}
+	}
+}
