@@ -1,0 +1,312 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"path"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// Defer pods run as this user; the stage image is built for it.
+const deferPodUser int64 = 65532
+
+// LabelManagedDefer is the kdefer.io/managed value of defer pods (managed
+// pods have "true"); both are in the controller's pod cache.
+const LabelManagedDefer = "defer"
+
+const tmpVolume = "kdefer-tmp"
+
+// DeferPodOptions are the manager-wide inputs of the defer pod builder.
+type DeferPodOptions struct {
+	// StageImage runs the built-in stage-out step.
+	StageImage string
+}
+
+// DeferPodName is the name of a DeferRun's defer pod (and its PDB): fixed,
+// so a restarted controller finds the pod it created instead of creating a
+// second one.
+func DeferPodName(run *v1.DeferRun) string { return shorten(run.Name+"-defer", 253) }
+
+// LabelValue fits a name into a label value (63 characters), keeping it
+// unique with a hash suffix when it must be cut.
+func LabelValue(name string) string { return shorten(name, 63) }
+
+func shorten(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	h := hex.EncodeToString(sum[:])[:10]
+	return s[:max-11] + "-" + h
+}
+
+// Step is one step of a defer run, in order.
+type Step struct {
+	Name      string
+	Container corev1.Container
+}
+
+// Steps returns the steps a run executes for its trigger, in order: the
+// built-in stage-out (when the policy has one), then the policy's defer
+// containers that the trigger's rule selects. Empty means nothing to run.
+func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
+	pol := &run.Spec.Policy
+	rule := pol.RuleFor(run.Spec.Trigger)
+	if rule.Action == v1.TriggerActionSkip {
+		return nil
+	}
+	env := stepEnv(run)
+	mountPath := pol.WorkVolume.MountPath
+	if mountPath == "" {
+		mountPath = v1.DefaultWorkMountPath
+	}
+	var steps []Step
+	if so := pol.StageOut; so != nil && so.URL != "" {
+		include, exclude := so.Include, so.Exclude
+		if len(rule.Include) > 0 {
+			include = rule.Include
+		}
+		if len(rule.Exclude) > 0 {
+			exclude = rule.Exclude
+		}
+		args := []string{"out", "--from", path.Join(mountPath, so.Path), "--to", so.URL}
+		for _, g := range include {
+			args = append(args, "--include", g)
+		}
+		for _, g := range exclude {
+			args = append(args, "--exclude", g)
+		}
+		c := corev1.Container{
+			Name:                     v1.StageOutStepName,
+			Image:                    opts.StageImage,
+			Command:                  []string{"kdefer-stage"},
+			Args:                     args,
+			Env:                      env,
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			VolumeMounts:             append(workMounts(run, mountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),
+			SecurityContext:          restricted(nil),
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: mustQ("50m"), corev1.ResourceMemory: mustQ("64Mi")}},
+		}
+		if pol.Credentials != nil && pol.Credentials.Name != "" {
+			// Credentials only in the step that needs them.
+			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: pol.Credentials.Name}}}}
+		}
+		steps = append(steps, Step{Name: c.Name, Container: c})
+	}
+	selected := map[string]bool{}
+	for _, n := range rule.DeferContainers {
+		selected[n] = true
+	}
+	for _, dc := range pol.DeferContainers {
+		if len(selected) > 0 && !selected[dc.Name] {
+			continue
+		}
+		c := *dc.DeepCopy()
+		c.Env = append(append([]corev1.EnvVar{}, env...), c.Env...)
+		c.EnvFrom = nil // never credentials or other Secrets by reference outside stage steps
+		if !mountsVolume(&c, workVolumeNames(run)) {
+			c.VolumeMounts = append(c.VolumeMounts, workMounts(run, mountPath, false)...)
+		}
+		c.SecurityContext = restricted(c.SecurityContext)
+		if c.TerminationMessagePolicy == "" {
+			c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+		}
+		steps = append(steps, Step{Name: c.Name, Container: c})
+	}
+	return steps
+}
+
+// BuildDeferPod returns the pod that runs a triggered DeferRun's steps on the
+// dead pod's node, or nil when the trigger runs no step. Every step but the
+// last is an init container (they run in order, a failed one is retried by
+// the kubelet with backoff under restartPolicy OnFailure); the last is the
+// only main container, so the pod completes when it does and is Running (and
+// so protected by its PodDisruptionBudget: the Eviction API ignores budgets
+// for Pending pods) while the last step, usually the only one, runs.
+func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
+	steps := Steps(run, opts)
+	if len(steps) == 0 {
+		return nil
+	}
+	pol := &run.Spec.Policy
+	var inits []corev1.Container
+	for _, s := range steps[:len(steps)-1] {
+		inits = append(inits, s.Container)
+	}
+	deadline := int64(v1.DefaultDeadline / time.Second)
+	if pol.Deadline != nil && pol.Deadline.Duration > 0 {
+		deadline = int64(pol.Deadline.Duration / time.Second)
+	}
+	nodeLost := int64(v1.DefaultNodeLostTimeout / time.Second)
+	if pol.NodeLostTimeout != nil {
+		nodeLost = int64(pol.NodeLostTimeout.Duration / time.Second)
+	}
+	volumes := []corev1.Volume{{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		SizeLimit: ptr.To(mustQ("64Mi"))}}}}
+	for _, rv := range run.Spec.Volumes {
+		volumes = append(volumes, corev1.Volume{Name: rv.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: rv.ClaimName}}})
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      DeferPodName(run),
+			Namespace: run.Namespace,
+			Labels: map[string]string{
+				v1.LabelManaged:  LabelManagedDefer,
+				v1.LabelDeferRun: LabelValue(run.Name),
+			},
+			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, true)},
+		},
+		Spec: corev1.PodSpec{
+			// The dead pod's node: its volume is bound there, and nodeName
+			// bypasses the scheduler and so a cordon.
+			NodeName:                      run.Spec.NodeName,
+			RestartPolicy:                 corev1.RestartPolicyOnFailure,
+			ActiveDeadlineSeconds:         ptr.To(deadline),
+			InitContainers:                inits,
+			Containers:                    []corev1.Container{steps[len(steps)-1].Container},
+			Volumes:                       volumes,
+			PriorityClassName:             pol.PriorityClassName,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(30)),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To(deferPodUser),
+				RunAsGroup:     ptr.To(deferPodUser),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Tolerations: []corev1.Toleration{
+				{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+				// NoExecute taints (not-ready, unreachable, drain tooling)
+				// are tolerated only as long as the run waits for a node.
+				{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(nodeLost)},
+			},
+		},
+	}
+}
+
+// BuildDeferPDB returns the PodDisruptionBudget that makes `kubectl drain`
+// wait for a running defer pod instead of evicting it.
+func BuildDeferPDB(run *v1.DeferRun) *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: DeferPodName(run), Namespace: run.Namespace,
+			Labels:          map[string]string{v1.LabelDeferRun: LabelValue(run.Name)},
+			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, true)},
+		},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				v1.LabelManaged: LabelManagedDefer, v1.LabelDeferRun: LabelValue(run.Name)}},
+		},
+	}
+}
+
+// runOwnerRef is an ownerReference to the DeferRun. controller=true for the
+// defer pod and PDB; for work PVCs it is a second, non-controller owner with
+// blockOwnerDeletion false, so it never delays the pod's or Job's deletion.
+func runOwnerRef(run *v1.DeferRun, controller bool) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         v1.GroupVersion.String(),
+		Kind:               "DeferRun",
+		Name:               run.Name,
+		UID:                run.UID,
+		Controller:         ptr.To(controller),
+		BlockOwnerDeletion: ptr.To(controller),
+	}
+}
+
+func stepEnv(run *v1.DeferRun) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: v1.EnvNamespace, Value: run.Namespace},
+		{Name: v1.EnvJob, Value: run.Spec.JobName},
+		{Name: v1.EnvPod, Value: run.Spec.PodName},
+		{Name: v1.EnvNode, Value: run.Spec.NodeName},
+		{Name: v1.EnvUID, Value: string(run.Spec.PodUID)},
+		{Name: v1.EnvTrigger, Value: string(run.Spec.Trigger)},
+		{Name: v1.EnvExitCode, Value: strconv.Itoa(int(ExitCode(run.Spec.ExitCodes)))},
+	}
+	if run.Spec.CompletionIndex != nil {
+		env = append(env, corev1.EnvVar{Name: v1.EnvIndex, Value: strconv.Itoa(int(*run.Spec.CompletionIndex))})
+	}
+	return env
+}
+
+// ExitCode is the pod's exit code for KDEFER_EXIT_CODE: the first non-zero
+// main container exit code, else 0.
+func ExitCode(exits []v1.ContainerExit) int32 {
+	for _, e := range exits {
+		if e.ExitCode != 0 {
+			return e.ExitCode
+		}
+	}
+	return 0
+}
+
+func workVolumeNames(run *v1.DeferRun) map[string]bool {
+	m := map[string]bool{}
+	for _, v := range run.Spec.Volumes {
+		m[v.Name] = true
+	}
+	return m
+}
+
+func workMounts(run *v1.DeferRun, mountPath string, readOnly bool) []corev1.VolumeMount {
+	var out []corev1.VolumeMount
+	for i, v := range run.Spec.Volumes {
+		p := mountPath
+		if i > 0 {
+			p = path.Join(mountPath, "..", path.Base(mountPath)+"-"+v.Name)
+		}
+		out = append(out, corev1.VolumeMount{Name: v.Name, MountPath: p, ReadOnly: readOnly})
+	}
+	return out
+}
+
+func mountsVolume(c *corev1.Container, names map[string]bool) bool {
+	for _, m := range c.VolumeMounts {
+		if names[m.Name] {
+			return true
+		}
+	}
+	return false
+}
+
+// restricted fills in, without overriding what a defer container sets:
+// non-root, read-only root filesystem, no privilege escalation, no
+// capabilities.
+func restricted(sc *corev1.SecurityContext) *corev1.SecurityContext {
+	if sc == nil {
+		sc = &corev1.SecurityContext{}
+	} else {
+		sc = sc.DeepCopy()
+	}
+	if sc.ReadOnlyRootFilesystem == nil {
+		sc.ReadOnlyRootFilesystem = ptr.To(true)
+	}
+	if sc.AllowPrivilegeEscalation == nil {
+		sc.AllowPrivilegeEscalation = ptr.To(false)
+	}
+	if sc.RunAsNonRoot == nil {
+		sc.RunAsNonRoot = ptr.To(true)
+	}
+	if sc.Capabilities == nil {
+		sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}
+	}
+	return sc
+}
+
+func mustQ(s string) resource.Quantity { return resource.MustParse(s) }

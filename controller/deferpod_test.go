@@ -1,0 +1,152 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	kt "github.com/kdefer/kdefer/controller/testing"
+)
+
+func TestBuildDeferPod(t *testing.T) {
+	opts := DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}
+	hook := corev1.Container{Name: "notify", Image: "curl", Command: []string{"notify"}}
+	type shape struct {
+		Inits, Mains []string
+		Args         []string
+		EnvFromIn    []string // steps that get envFrom
+		NodeName     string
+		Deadline     int64
+		Restart      corev1.RestartPolicy
+		Owner        string
+	}
+	names := func(cs []corev1.Container) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	shapeOf := func(p *corev1.Pod) *shape {
+		if p == nil {
+			return nil
+		}
+		s := &shape{Inits: names(p.Spec.InitContainers), Mains: names(p.Spec.Containers), NodeName: p.Spec.NodeName,
+			Deadline: *p.Spec.ActiveDeadlineSeconds, Restart: p.Spec.RestartPolicy, Owner: p.OwnerReferences[0].Kind + "/" + p.OwnerReferences[0].Name}
+		for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+			if c.Name == v1.StageOutStepName {
+				s.Args = c.Args
+			}
+			if len(c.EnvFrom) > 0 {
+				s.EnvFromIn = append(s.EnvFromIn, c.Name)
+			}
+		}
+		return s
+	}
+	cases := map[string]struct {
+		run  *v1.DeferRun
+		want *shape
+	}{
+		"stage-out only: the only step is the main container": {
+			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerSucceeded, 0).Obj(),
+			want: &shape{Mains: []string{"stage-out"}, NodeName: "n1", Deadline: 1800, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
+				Args: []string{"out", "--from", "/kdefer", "--to", "s3://bucket/{namespace}/{pod}/"}},
+		},
+		"stage-out then defer containers, credentials only in stage-out": {
+			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerFailed, 1).Policy(func(p *v1.DeferPolicySpec) {
+				p.DeferContainers = []corev1.Container{hook, {Name: "last", Image: "busybox"}}
+				p.Credentials = &corev1.LocalObjectReference{Name: "s3"}
+				p.StageOut.Path = "out"
+				p.StageOut.Include = []string{"*.root"}
+				p.Deadline = &metav1.Duration{Duration: 600e9}
+			}).Obj(),
+			want: &shape{Inits: []string{"stage-out", "notify"}, Mains: []string{"last"}, NodeName: "n1", Deadline: 600, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
+				Args: []string{"out", "--from", "/kdefer/out", "--to", "s3://bucket/{namespace}/{pod}/", "--include", "*.root"}, EnvFromIn: []string{"stage-out"}},
+		},
+		"trigger rule narrows globs and defer containers": {
+			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerOOMKilled, 137).Policy(func(p *v1.DeferPolicySpec) {
+				p.DeferContainers = []corev1.Container{hook, {Name: "last", Image: "busybox"}}
+				p.TriggerRules = []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerOOMKilled}, Include: []string{"logs/**"}, DeferContainers: []string{"notify"}}}
+			}).Obj(),
+			want: &shape{Inits: []string{"stage-out"}, Mains: []string{"notify"}, NodeName: "n1", Deadline: 1800, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
+				Args: []string{"out", "--from", "/kdefer", "--to", "s3://bucket/{namespace}/{pod}/", "--include", "logs/**"}},
+		},
+		"skip rule: no pod": {
+			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerPreempted, 143).Policy(func(p *v1.DeferPolicySpec) {
+				p.TriggerRules = []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerPreempted}, Action: v1.TriggerActionSkip}}
+			}).Obj(),
+			want: nil,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, shapeOf(BuildDeferPod(tc.run, opts))); diff != "" {
+				t.Errorf("defer pod (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDeferPodInvariants(t *testing.T) {
+	run := kt.MakeRun("p", "ns").Trigger(v1.TriggerDrained, 143).Job("j").Policy(func(p *v1.DeferPolicySpec) {
+		p.DeferContainers = []corev1.Container{{Name: "hook", Image: "x", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{}}}}}
+	}).Obj()
+	pod := BuildDeferPod(run, DeferPodOptions{StageImage: "img"})
+	wantEnv := map[string]string{v1.EnvTrigger: "Drained", v1.EnvExitCode: "143", v1.EnvPod: "p", v1.EnvJob: "j",
+		v1.EnvNamespace: "ns", v1.EnvNode: "n1", v1.EnvUID: "uid-p"}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		got := map[string]string{}
+		for _, e := range c.Env {
+			if _, ok := wantEnv[e.Name]; ok {
+				got[e.Name] = e.Value
+			}
+		}
+		if diff := cmp.Diff(wantEnv, got); diff != "" {
+			t.Errorf("step %s env (-want +got):\n%s", c.Name, diff)
+		}
+		sc := c.SecurityContext
+		if sc == nil || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || !*sc.RunAsNonRoot ||
+			sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("step %s security context = %+v, want restricted", c.Name, sc)
+		}
+		if c.Name != v1.StageOutStepName && len(c.EnvFrom) > 0 {
+			t.Errorf("step %s gets envFrom %v; only stage steps may", c.Name, c.EnvFrom)
+		}
+		if !mountsVolume(&c, map[string]bool{v1.DefaultWorkVolumeName: true}) {
+			t.Errorf("step %s does not mount the work volume", c.Name)
+		}
+	}
+	if got := pod.Spec.Volumes[1].PersistentVolumeClaim.ClaimName; got != "p-kdefer-work" {
+		t.Errorf("claim = %q", got)
+	}
+	if !*pod.Spec.SecurityContext.RunAsNonRoot {
+		t.Error("pod not non-root")
+	}
+	var noExec *corev1.Toleration
+	for i := range pod.Spec.Tolerations {
+		if pod.Spec.Tolerations[i].Effect == corev1.TaintEffectNoExecute {
+			noExec = &pod.Spec.Tolerations[i]
+		}
+	}
+	if noExec == nil || noExec.TolerationSeconds == nil || *noExec.TolerationSeconds != 600 {
+		t.Errorf("NoExecute toleration = %+v, want bounded by nodeLostTimeout (600s)", noExec)
+	}
+	pdb := BuildDeferPDB(run)
+	if diff := cmp.Diff(pod.Labels, pdb.Spec.Selector.MatchLabels); diff != "" {
+		t.Errorf("PDB selector does not match the defer pod (-pod +pdb):\n%s", diff)
+	}
+}
+
+func TestShorten(t *testing.T) {
+	long := "a-very-long-pod-name-" + string(make([]byte, 0)) + "0123456789012345678901234567890123456789012345678901234567890123456789"
+	v := LabelValue(long)
+	if len(v) != 63 || v == LabelValue(long+"x") {
+		t.Errorf("LabelValue(%q) = %q", long, v)
+	}
+	if LabelValue("short") != "short" {
+		t.Error("short names must be kept")
+	}
+}

@@ -1,0 +1,187 @@
+package controller
+
+import (
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// Classification says whether a managed pod's main containers have ended and
+// why. It is computed from the API alone (see docs/controller.md, "Triggers").
+type Classification struct {
+	// Done is true once the pod is terminal, or deleting with every regular
+	// container terminated.
+	Done bool
+	// Trigger says why; set when Done.
+	Trigger v1.Trigger
+	// Skip is true for a forced deletion (grace period 0 while containers
+	// still ran): the user asked for the pod to vanish at once, so no step
+	// runs and the volume is released.
+	Skip bool
+	// ExitCodes of the regular containers that terminated.
+	ExitCodes []v1.ContainerExit
+}
+
+// Pod status reasons set by the kubelet.
+const (
+	podReasonEvicted          = "Evicted"
+	podReasonDeadlineExceeded = "DeadlineExceeded"
+	podReasonTerminated       = "Terminated" // graceful node shutdown
+	podReasonShutdown         = "Shutdown"
+)
+
+// DisruptionTarget reasons (k8s.io/api/core/v1 since 1.26).
+var disruptionTriggers = map[string]v1.Trigger{
+	"EvictionByEvictionAPI":  v1.TriggerDrained,
+	"PreemptionByScheduler":  v1.TriggerPreempted,
+	"DeletionByTaintManager": v1.TriggerTaintEviction,
+	"DeletionByPodGC":        v1.TriggerPodGC,
+	// TerminationByKubelet covers node-pressure eviction and graceful node
+	// shutdown; the message tells them apart.
+	"TerminationByKubelet": v1.TriggerEvicted,
+}
+
+// Classify decides whether pod has ended and with which trigger. job is the
+// pod's Job, if known (it tells a Job's DeadlineExceeded apart from a plain
+// deletion). Precedence, first match wins:
+//
+//  1. not terminal and not (deleting with all regular containers terminated): not done
+//  2. deleted with grace 0 before its containers ended: Deleted, Skip
+//  3. phase Succeeded without an OOM kill: Succeeded
+//  4. status.reason Evicted: Evicted
+//  5. condition DisruptionTarget=True: Drained, Preempted, TaintEviction, PodGC, Evicted or NodeShutdown
+//  6. status.reason DeadlineExceeded, or the Job failed with DeadlineExceeded: DeadlineExceeded
+//  7. status.reason Terminated/Shutdown: NodeShutdown
+//  8. a regular container terminated with reason OOMKilled (any exit code): OOMKilled
+//  9. deletion requested before the containers ended: Deleted
+//  10. otherwise: Failed
+func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
+	var c Classification
+	terminated, lastFinish := regularContainersTerminated(pod)
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	deleting := pod.DeletionTimestamp != nil
+	c.ExitCodes = exitCodes(pod)
+	if deleting && !terminal && !terminated {
+		if pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 {
+			// A forced deletion; a grace-0 delete that comes after the
+			// containers ended is the kubelet's final delete, not this.
+			return Classification{Done: true, Trigger: v1.TriggerDeleted, Skip: true, ExitCodes: c.ExitCodes}
+		}
+		if pod.Spec.NodeName == "" {
+			// Never scheduled: nothing ran, nothing to stage out.
+			return Classification{Done: true, Trigger: v1.TriggerDeleted, Skip: true}
+		}
+	}
+	if !terminal && !(deleting && terminated) {
+		return Classification{}
+	}
+	c.Done = true
+	oom := false
+	for _, e := range c.ExitCodes {
+		oom = oom || e.Reason == "OOMKilled"
+	}
+	switch {
+	case pod.Status.Phase == corev1.PodSucceeded && !oom:
+		c.Trigger = v1.TriggerSucceeded
+	case pod.Status.Reason == podReasonEvicted:
+		c.Trigger = v1.TriggerEvicted
+	case disruption(pod) != "":
+		c.Trigger = disruption(pod)
+	case pod.Status.Reason == podReasonDeadlineExceeded || jobDeadlineExceeded(job):
+		c.Trigger = v1.TriggerDeadlineExceeded
+	case pod.Status.Reason == podReasonTerminated || pod.Status.Reason == podReasonShutdown:
+		c.Trigger = v1.TriggerNodeShutdown
+	case oom:
+		c.Trigger = v1.TriggerOOMKilled
+	case deleting && deletionRequested(pod).Before(lastFinish):
+		c.Trigger = v1.TriggerDeleted
+	case pod.Status.Phase == corev1.PodSucceeded:
+		c.Trigger = v1.TriggerSucceeded
+	default:
+		c.Trigger = v1.TriggerFailed
+	}
+	return c
+}
+
+// IsNativeSidecar reports whether an init container is a native sidecar.
+func IsNativeSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// regularContainersTerminated reports whether every regular (main) container
+// has a terminated state, and the latest finish time among them. Native
+// sidecars are init containers and do not count.
+func regularContainersTerminated(pod *corev1.Pod) (bool, time.Time) {
+	var last time.Time
+	if len(pod.Status.ContainerStatuses) < len(pod.Spec.Containers) {
+		return false, last
+	}
+	byName := map[string]*corev1.ContainerStatus{}
+	for i := range pod.Status.ContainerStatuses {
+		byName[pod.Status.ContainerStatuses[i].Name] = &pod.Status.ContainerStatuses[i]
+	}
+	for _, ctr := range pod.Spec.Containers {
+		s := byName[ctr.Name]
+		if s == nil || s.State.Terminated == nil {
+			return false, last
+		}
+		if f := s.State.Terminated.FinishedAt.Time; f.After(last) {
+			last = f
+		}
+	}
+	return true, last
+}
+
+func exitCodes(pod *corev1.Pod) []v1.ContainerExit {
+	var out []v1.ContainerExit
+	for _, s := range pod.Status.ContainerStatuses {
+		if t := s.State.Terminated; t != nil {
+			out = append(out, v1.ContainerExit{Name: s.Name, ExitCode: t.ExitCode, Reason: t.Reason})
+		}
+	}
+	return out
+}
+
+func disruption(pod *corev1.Pod) v1.Trigger {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type != corev1.DisruptionTarget || cond.Status != corev1.ConditionTrue {
+			continue
+		}
+		t, ok := disruptionTriggers[cond.Reason]
+		if !ok {
+			return ""
+		}
+		if cond.Reason == "TerminationByKubelet" && strings.Contains(strings.ToLower(cond.Message), "shutdown") {
+			return v1.TriggerNodeShutdown
+		}
+		return t
+	}
+	return ""
+}
+
+func jobDeadlineExceeded(job *batchv1.Job) bool {
+	if job == nil {
+		return false
+	}
+	for _, cond := range job.Status.Conditions {
+		if (cond.Type == batchv1.JobFailed || cond.Type == batchv1.JobFailureTarget) &&
+			cond.Status == corev1.ConditionTrue && cond.Reason == batchv1.JobReasonDeadlineExceeded {
+			return true
+		}
+	}
+	return false
+}
+
+// deletionRequested is when the deletion was asked for: deletionTimestamp
+// minus the grace period.
+func deletionRequested(pod *corev1.Pod) time.Time {
+	t := pod.DeletionTimestamp.Time
+	if g := pod.DeletionGracePeriodSeconds; g != nil {
+		t = t.Add(-time.Duration(*g) * time.Second)
+	}
+	return t
+}
