@@ -1,0 +1,73 @@
+package v1alpha1
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+func TestValidateDeferPolicySpec(t *testing.T) {
+	ok := func() *DeferPolicySpec {
+		return &DeferPolicySpec{StageOut: &StageOut{URL: "s3://b/{pod}/"}}
+	}
+	cases := []struct {
+		name string
+		mod  func(*DeferPolicySpec)
+		want []string // "field: type"
+	}{
+		{name: "minimal", mod: func(*DeferPolicySpec) {}},
+		{name: "defaults are valid", mod: func(s *DeferPolicySpec) { s.Default() }},
+		{name: "nothing to do", mod: func(s *DeferPolicySpec) { s.StageOut = nil },
+			want: []string{"spec.stageOut: Required value"}},
+		{name: "bad url and path", mod: func(s *DeferPolicySpec) { s.StageOut = &StageOut{URL: "ftp://x", Path: "../x", Include: []string{"["}} },
+			want: []string{"spec.stageOut.url: Invalid value", "spec.stageOut.path: Invalid value", "spec.stageOut.include[0]: Invalid value"}},
+		{name: "stage-in trigger", mod: func(s *DeferPolicySpec) { s.StageIn = []StageIn{{URL: "s3://b/{trigger}"}} },
+			want: []string{"spec.stageIn[0].url: Invalid value"}},
+		{name: "defer containers", mod: func(s *DeferPolicySpec) {
+			s.DeferContainers = []corev1.Container{{Name: "stage-out", Image: "x"}, {Name: "a", Image: "x"}, {Name: "a"}}
+			s.TriggerRules = []TriggerRule{{Triggers: []Trigger{"Boom"}, DeferContainers: []string{"b"}}}
+		}, want: []string{
+			"spec.deferContainers[0].name: Invalid value", "spec.deferContainers[2].name: Duplicate value",
+			"spec.deferContainers[2].image: Required value", "spec.triggerRules[0].triggers[0]: Unsupported value",
+			"spec.triggerRules[0].deferContainers[0]: Invalid value",
+		}},
+		{name: "durations and limits", mod: func(s *DeferPolicySpec) {
+			s.Deadline = &metav1.Duration{}
+			s.RetryLimit = new(int32)
+			*s.RetryLimit = 101
+			s.OnFailure = &OnFailure{Volume: VolumeRelease, RetainFor: &metav1.Duration{Duration: 1}}
+		}, want: []string{"spec.deadline: Invalid value", "spec.retryLimit: Invalid value", "spec.onFailure.retainFor: Invalid value"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ok()
+			tc.mod(s)
+			var got []string
+			for _, e := range ValidateDeferPolicySpec(s, field.NewPath("spec")) {
+				got = append(got, e.Field+": "+e.Type.String())
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ValidateDeferPolicySpec (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDefaultIdempotent(t *testing.T) {
+	s := DeferPolicySpec{StageIn: []StageIn{{URL: "s3://b/x"}}, TriggerRules: []TriggerRule{{Triggers: []Trigger{TriggerFailed}}}}
+	s.Default()
+	again := *s.DeepCopy()
+	again.Default()
+	if diff := cmp.Diff(s, again); diff != "" {
+		t.Errorf("Default is not idempotent (-once +twice):\n%s", diff)
+	}
+	if s.WorkVolume.Name != DefaultWorkVolumeName || s.StageIn[0].Path != DefaultStageInPath || s.TriggerRules[0].Action != TriggerActionRun {
+		t.Errorf("defaults not applied: %+v", s)
+	}
+	if r := s.RuleFor(TriggerOOMKilled); r.Action != TriggerActionRun {
+		t.Errorf("RuleFor(unlisted) = %+v, want Run", r)
+	}
+}
