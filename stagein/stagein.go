@@ -270,6 +270,9 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != en.size {
 		return false, nil
 	}
+	if en.size == 0 {
+		return true, nil
+	}
 	var md5Want []byte
 	if !en.hasCRC {
 		var oi storage.ObjectInfo

@@ -341,7 +341,13 @@ func (e *engine) alreadyStored(ctx context.Context, fh *os.File, f *file) (bool,
 	if err != nil {
 		return false, storage.WithOp("stat "+strconv.Quote(f.key), err)
 	}
-	if oi.Size != f.size || (!oi.HasCRC32C && oi.MD5 == nil) {
+	if oi.Size != f.size {
+		return false, nil
+	}
+	if f.size == 0 {
+		return true, nil // nothing to compare; stores keep no checksum of empty objects
+	}
+	if !oi.HasCRC32C && oi.MD5 == nil {
 		return false, nil
 	}
 	h := md5.New()

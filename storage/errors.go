@@ -89,12 +89,9 @@ func WithOp(op string, err error) error {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		if e.Op == "" {
-			c := *e
-			c.Op = op
-			return &c
-		}
-		return err
+		// Wrap, keeping the original in the chain (errors.Is) and its fix
+		// printed once.
+		return &Error{Class: e.Class, Op: op, Err: err}
 	}
 	class, fix := classify(err)
 	return &Error{Class: class, Op: op, Fix: fix, Err: err}

@@ -1,0 +1,214 @@
+// Package s3server starts real S3 servers for tests: a MinIO child process
+// (from $KDEFER_MINIO) on 127.0.0.1 with a random port and a fresh data
+// directory, which a test can kill and restart on the same port and data;
+// and versitygw's embedded gateway inside the test process.
+package s3server
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Test credentials: the servers are local and short-lived.
+const (
+	AccessKey = "kdefertest"
+	SecretKey = "kdefertest-secret-key"
+)
+
+// Server is a MinIO process.
+type Server struct {
+	t        testing.TB
+	bin, dir string
+	addr     string
+	console  string
+	log      *syncBuffer
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+}
+
+// skipOrFail skips when tools are optional, fails under make unit.
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("KDEFER_REQUIRE_TOOLS") == "1" {
+		t.Fatalf(format+" (KDEFER_REQUIRE_TOOLS=1: build it with test/tools/install.sh minio)", args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// Start runs MinIO and waits until it is ready. It skips the test when
+// $KDEFER_MINIO is not an executable, unless KDEFER_REQUIRE_TOOLS=1.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := os.Getenv("KDEFER_MINIO")
+	if bin == "" {
+		skipOrFail(t, "KDEFER_MINIO is not set")
+	}
+	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		skipOrFail(t, "KDEFER_MINIO=%s is not an executable", bin)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddr(t), console: freeAddr(t), log: &syncBuffer{}}
+	t.Cleanup(func() {
+		s.Kill()
+		if t.Failed() {
+			t.Logf("minio log tail:\n%s", s.log.tail(4000))
+		}
+	})
+	s.start()
+	return s
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.addr, "--console-address", s.console, filepath.Join(s.dir, "data"))
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey, "MINIO_BROWSER=off",
+		"MINIO_UPDATE=off", "MINIO_CALLHOME_ENABLE=off")
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	// The server must not outlive a test binary that dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		s.t.Fatalf("start minio: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	s.waitReady(exited)
+}
+
+func (s *Server) waitReady(exited chan struct{}) {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	client := &http.Client{Timeout: 2 * time.Second}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := client.Get("http://" + s.addr + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("minio not ready after 60s: %v\n%s", err, s.log.tail(4000))
+		}
+		select {
+		case <-exited:
+			s.t.Fatalf("minio exited before it was ready:\n%s", s.log.tail(4000))
+		case <-tick.C: // poll the readiness endpoint
+		}
+	}
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Restart starts the server again on the same port and data directory.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.start()
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// Endpoint is http://host:port.
+func (s *Server) Endpoint() string { return "http://" + s.addr }
+
+// URL is the kdefer-stage URL of bucket/prefix on this server.
+func (s *Server) URL(bucket, prefix string) string { return S3URL(s.addr, bucket, prefix) }
+
+// S3URL builds a kdefer-stage s3:// URL for a server at addr.
+func S3URL(addr, bucket, prefix string) string {
+	return "s3://" + bucket + "/" + prefix + "?endpoint=" + url.QueryEscape("http://"+addr) + "&region=us-east-1&use_path_style=true"
+}
+
+// SetCredentials puts the server's credentials into the test's environment.
+func SetCredentials(t testing.TB) {
+	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+}
+
+// Client returns a minio-go client for addr.
+func Client(t testing.TB, addr string) *minio.Client {
+	t.Helper()
+	c, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// MakeBucket creates a bucket.
+func MakeBucket(t testing.TB, addr, bucket string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Client(t, addr).MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		t.Fatalf("make bucket %s: %v", bucket, err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.b.Len() > 1<<20 {
+		b.b.Reset()
+	}
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.b.String()
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return s
+}
