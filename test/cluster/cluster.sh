@@ -466,6 +466,8 @@ cleanup() {
 				ns=$(ctr_ containers info "$c" 2>/dev/null | grep -o '/var/run/netns/cni-[0-9a-f-]*' | head -1 || true)
 				[ -n "$ns" ] && netns+=("$ns")
 				ctr_ tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
+				# containerd's loopback network caches a CNI result per sandbox
+				rm -f "/var/lib/cni/results/cni-loopback-$c-lo"
 			done
 			for c in $(ctr_ containers ls -q 2>/dev/null); do
 				ctr_ tasks delete -f "$c" >/dev/null 2>&1 || true
@@ -513,6 +515,8 @@ cleanup() {
 	done
 	# Host directories that the kubelet, CNI or containerd created for us (recorded by up).
 	if [ -f "$DIR/host-dirs" ]; then
+		# the kubelet's device-plugin socket path ignores --root-dir
+		grep -qx /var/lib/kubelet "$DIR/host-dirs" && rm -f /var/lib/kubelet/device-plugins/kubelet.sock
 		sort -r "$DIR/host-dirs" | while read -r c; do
 			[ -d "$c" ] && find "$c" -depth -type d -empty -delete 2>/dev/null
 		done
@@ -559,6 +563,9 @@ up() {
 	local t0=$SECONDS
 	deps
 	binaries
+	if ! alive kube-apiserver && tcp_open 127.0.0.1 "$API_PORT"; then
+		die "127.0.0.1:$API_PORT is in use by a program that is not this cluster's apiserver (another cluster with another KDEFER_CLUSTER_DIR? stop it first)"
+	fi
 	if [ -d "$RUN" ] || [ -d "$DIR/etcd" ] || [ -d "$DIR/kubelet" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
 		log "cleaning up a previous run"
 		cleanup
@@ -567,7 +574,7 @@ up() {
 	if [ -d "$LOGS" ]; then rm -rf "$LOGS.prev"; mv "$LOGS" "$LOGS.prev"; fi
 	mkdir -p "$RUN" "$LOGS"
 	# Fixed paths outside the state dir that components create: removed by down when empty.
-	for c in /var/lib/cni /var/log/containers /run/containerd; do
+	for c in /var/lib/cni /var/log/containers /run/containerd /var/lib/kubelet; do
 		[ -e "$c" ] || echo "$c" >>"$DIR/host-dirs"
 	done
 	ensure_images
@@ -638,6 +645,13 @@ logs() {
 
 cmd=${1:-}
 shift || true
+# One command at a time changes a cluster (e.g. make e2e and a manual down).
+case "$cmd" in
+up | down | start | stop | restart | load-images | recycle-pvs)
+	exec 9>"$DIR/.lock"
+	flock -w 600 9 || die "another cluster.sh holds $DIR/.lock"
+	;;
+esac
 case "$cmd" in
 up) up ;;
 down) down ;;
