@@ -1,0 +1,466 @@
+// Package render is the one place that knows how kdefer changes a Job's pod
+// template: it adds the pod finalizer and identifying labels, turns the work
+// volume into a generic ephemeral volume (labelled, so the admission policy
+// can guard its PVC), injects stage-in init containers that alone hold the
+// credentials, and copies the Job's kdefer.io annotations onto the template
+// so a pod alone carries its configuration. Everything else is left alone.
+//
+// Render is a pure function of its inputs: the webhook, the CLI and the
+// tests call it, and rendering a rendered Job changes nothing.
+package render
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+const (
+	// StageInContainerName is the name of the stage-in init container, or
+	// the prefix of their names ("kdefer-stage-in-0", ...) when there are
+	// several. Init containers with this prefix belong to kdefer.
+	StageInContainerName = "kdefer-stage-in"
+	// StageMountPath is where stage containers mount the work volume.
+	StageMountPath = "/kdefer-work"
+	// JobCompletionIndexAnnotation is set by the Job controller on the pods
+	// of Indexed Jobs.
+	JobCompletionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
+	// JobNameLabel is set by the Job controller on every pod of a Job.
+	JobNameLabel = "batch.kubernetes.io/job-name"
+)
+
+// Options are the cluster-wide settings of render.
+type Options struct {
+	// StageImage runs kdefer-stage (default v1alpha1.DefaultStageImage()).
+	StageImage string
+	// ImagePullPolicy of the stage-in containers (default IfNotPresent).
+	ImagePullPolicy corev1.PullPolicy
+}
+
+func (o Options) withDefaults() Options {
+	if o.StageImage == "" {
+		o.StageImage = v1.DefaultStageImage()
+	}
+	if o.ImagePullPolicy == "" {
+		o.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	return o
+}
+
+// TemplateError is a problem with the pod template that render cannot
+// honour: where it is, what is wrong, and the fix.
+type TemplateError struct {
+	Field, Problem, Fix string
+}
+
+func (e *TemplateError) Error() string {
+	s := e.Field + ": " + e.Problem
+	if e.Fix != "" {
+		s += "; fix: " + e.Fix
+	}
+	return s
+}
+
+// Job returns a rendered copy of job. policy is the spec of the DeferPolicy
+// the Job names with kdefer.io/policy (nil when it names none; the caller
+// looks it up). The error lists every problem found (see Problems).
+func Job(job *batchv1.Job, policy *v1.DeferPolicySpec, opts Options) (*batchv1.Job, error) {
+	out := job.DeepCopy()
+	var errs []error
+	if err := PodTemplate(job.Annotations, &out.Spec.Template, policy, opts); err != nil {
+		errs = append(errs, err)
+	}
+	// {index} only means something in an Indexed Job.
+	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion {
+		ann := mergedConfig(job.Annotations, job.Spec.Template.Annotations)
+		for _, k := range []string{v1.AnnotationStageOut, v1.AnnotationStageIn} {
+			if strings.Contains(ann[k], "{index}") {
+				errs = append(errs, &v1.AnnotationError{Key: k, Value: ann[k], Problem: "uses {index}, but the Job is not Indexed",
+					Fix: "set spec.completionMode: Indexed, or use {pod} instead of {index}"})
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// IsRendered reports whether job is what rendering it yields, and if not,
+// why (render's error, or the first difference).
+func IsRendered(job *batchv1.Job, policy *v1.DeferPolicySpec, opts Options) (bool, string) {
+	r, err := Job(job, policy, opts)
+	if err != nil {
+		return false, err.Error()
+	}
+	if !equality.Semantic.DeepEqual(r.Spec.Template, job.Spec.Template) {
+		return false, "the pod template differs from its rendered form (was the kdefer mutating webhook skipped, or did a later webhook undo its changes?)"
+	}
+	return true, ""
+}
+
+// Warnings returns advice about a Job that render accepts: unknown kdefer.io
+// annotations (likely typos) and stage-out URLs that pods of one Job share.
+func Warnings(job *batchv1.Job) []string {
+	ann := mergedConfig(job.Annotations, job.Spec.Template.Annotations)
+	w := v1.UnknownAnnotations(job.Annotations)
+	w = append(w, v1.UnknownAnnotations(job.Spec.Template.Annotations)...)
+	if u := ann[v1.AnnotationStageOut]; u != "" && (parallelOrMany(job)) &&
+		!strings.Contains(u, "{pod}") && !strings.Contains(u, "{index}") && !strings.Contains(u, "{uid}") {
+		w = append(w, fmt.Sprintf("annotation %s: %q has no {pod}, {index} or {uid}, so every pod of this Job uploads to the same prefix and later pods overwrite earlier ones", v1.AnnotationStageOut, u))
+	}
+	return w
+}
+
+func parallelOrMany(job *batchv1.Job) bool {
+	return (job.Spec.Parallelism != nil && *job.Spec.Parallelism > 1) ||
+		(job.Spec.Completions != nil && *job.Spec.Completions > 1)
+}
+
+// Problems flattens an error from render (or EffectivePolicy) into one
+// message per problem.
+func Problems(err error) []string {
+	if err == nil {
+		return nil
+	}
+	var out []string
+	var walk func(error)
+	walk = func(e error) {
+		if te, ok := e.(*TemplateError); ok {
+			out = append(out, te.Error())
+			return
+		}
+		if ae, ok := e.(*v1.AnnotationError); ok {
+			out = append(out, ae.Error())
+			return
+		}
+		if m, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, c := range m.Unwrap() {
+				walk(c)
+			}
+			return
+		}
+		out = append(out, e.Error())
+	}
+	walk(err)
+	return out
+}
+
+// mergedConfig returns the kdefer.io configuration annotations of the pod
+// template overlaid by the Job's (the Job's win).
+func mergedConfig(jobAnn, tmplAnn map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, src := range []map[string]string{tmplAnn, jobAnn} {
+		for _, k := range v1.ConfigAnnotations {
+			if v, ok := src[k]; ok {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// PodTemplate renders tmpl in place. ownerAnnotations are the annotations of
+// the object that holds the template (the Job); they override the
+// template's own kdefer.io annotations.
+func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpec, policy *v1.DeferPolicySpec, opts Options) error {
+	opts = opts.withDefaults()
+	ann := mergedConfig(ownerAnnotations, tmpl.Annotations)
+	pol, perr := EffectivePolicy(policy, ann)
+	var errs []error
+	if perr != nil {
+		errs = append(errs, perr)
+	}
+	fail := func(field, problem, fix string) {
+		errs = append(errs, &TemplateError{Field: field, Problem: problem, Fix: fix})
+	}
+	spec := &tmpl.Spec
+	wv := pol.WorkVolume
+
+	for i, c := range spec.Containers {
+		if strings.HasPrefix(c.Name, StageInContainerName) {
+			fail(fmt.Sprintf("spec.template.spec.containers[%d].name", i), fmt.Sprintf("%q starts with %q, which kdefer reserves for its stage-in containers", c.Name, StageInContainerName), "rename the container")
+		}
+	}
+	// Credentials: no container of the user's may see the Secret.
+	if pol.Credentials != nil {
+		errs = append(errs, checkCredentials(spec, pol.Credentials.Name)...)
+	}
+
+	// The work volume.
+	idx := -1
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == wv.Name {
+			idx = i
+		}
+	}
+	volField := fmt.Sprintf("volume %q (%s)", wv.Name, v1.AnnotationWorkVolume)
+	switch {
+	case idx < 0:
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: wv.Name, VolumeSource: corev1.VolumeSource{
+			Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: claimTemplate(pol, nil)},
+		}})
+		for i := range spec.Containers {
+			c := &spec.Containers[i]
+			if mountsVolume(c, wv.Name) {
+				continue
+			}
+			if other := mountAt(c, wv.MountPath); other != "" {
+				fail(fmt.Sprintf("spec.template.spec.containers[%d] (%s)", i, c.Name),
+					fmt.Sprintf("already mounts volume %q at %s, where kdefer would mount the new work volume %q", other, wv.MountPath, wv.Name),
+					fmt.Sprintf("set %s to another path, or set %s: %s to make that volume the work volume", v1.AnnotationWorkMountPath, v1.AnnotationWorkVolume, other))
+				continue
+			}
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: wv.Name, MountPath: wv.MountPath})
+		}
+	case spec.Volumes[idx].EmptyDir != nil:
+		ed := spec.Volumes[idx].EmptyDir
+		if ed.Medium == corev1.StorageMediumMemory {
+			fail(volField, "is a memory-backed emptyDir, whose contents cannot outlive the pod",
+				"remove medium: Memory from the volume, or point "+v1.AnnotationWorkVolume+" at another volume")
+			break
+		}
+		spec.Volumes[idx].VolumeSource = corev1.VolumeSource{
+			Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: claimTemplate(pol, sizeFromEmptyDir(policy, ann, ed))},
+		}
+	case spec.Volumes[idx].Ephemeral != nil:
+		e := spec.Volumes[idx].Ephemeral
+		if e.VolumeClaimTemplate == nil {
+			fail(volField, "is an ephemeral volume without a volumeClaimTemplate", "add a volumeClaimTemplate or remove the volume")
+			break
+		}
+		if e.VolumeClaimTemplate.Labels == nil {
+			e.VolumeClaimTemplate.Labels = map[string]string{}
+		}
+		e.VolumeClaimTemplate.Labels[v1.LabelWorkVolume] = wv.Name
+	default:
+		fail(volField, fmt.Sprintf("is a %s volume; kdefer can only retain an emptyDir (which it converts) or a generic ephemeral volume", volumeKind(&spec.Volumes[idx])),
+			fmt.Sprintf("point %s at an emptyDir volume, or at a name no volume has (kdefer then creates one mounted at %s)", v1.AnnotationWorkVolume, wv.MountPath))
+	}
+
+	// Stage-in init containers, first, replacing any rendered before.
+	var initc []corev1.Container
+	for i, in := range pol.StageIn {
+		name := StageInContainerName
+		if len(pol.StageIn) > 1 {
+			name = fmt.Sprintf("%s-%d", StageInContainerName, i)
+		}
+		initc = append(initc, stageInContainer(name, in, pol, opts))
+	}
+	for _, c := range spec.InitContainers {
+		if !strings.HasPrefix(c.Name, StageInContainerName) {
+			initc = append(initc, c)
+		}
+	}
+	if len(initc) == 0 {
+		initc = spec.InitContainers // keep nil vs empty as it was
+	}
+	spec.InitContainers = initc
+
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+
+	// Identity: label, finalizer, configuration, render version.
+	if tmpl.Labels == nil {
+		tmpl.Labels = map[string]string{}
+	}
+	tmpl.Labels[v1.LabelManaged] = "true"
+	if !hasString(tmpl.Finalizers, v1.PodFinalizer) {
+		tmpl.Finalizers = append(tmpl.Finalizers, v1.PodFinalizer)
+	}
+	if tmpl.Annotations == nil {
+		tmpl.Annotations = map[string]string{}
+	}
+	for k, v := range ann {
+		tmpl.Annotations[k] = v
+	}
+	tmpl.Annotations[v1.AnnotationRendered] = v1.Version
+	return nil
+}
+
+// sizeFromEmptyDir keeps an emptyDir's sizeLimit as the claim's size unless
+// the size was set explicitly.
+func sizeFromEmptyDir(policy *v1.DeferPolicySpec, ann map[string]string, ed *corev1.EmptyDirVolumeSource) *resource.Quantity {
+	if _, ok := ann[v1.AnnotationWorkSize]; ok {
+		return nil
+	}
+	if policy != nil && policy.WorkVolume.Size != nil {
+		return nil
+	}
+	if ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 {
+		q := ed.SizeLimit.DeepCopy()
+		return &q
+	}
+	return nil
+}
+
+func claimTemplate(pol v1.DeferPolicySpec, size *resource.Quantity) *corev1.PersistentVolumeClaimTemplate {
+	wv := pol.WorkVolume
+	if size == nil {
+		size = wv.Size
+	}
+	t := &corev1.PersistentVolumeClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1.LabelWorkVolume: wv.Name}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: append([]corev1.PersistentVolumeAccessMode(nil), wv.AccessModes...),
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size.DeepCopy()}},
+		},
+	}
+	if wv.StorageClassName != nil {
+		sc := *wv.StorageClassName
+		t.Spec.StorageClassName = &sc
+	}
+	return t
+}
+
+func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts Options) corev1.Container {
+	f := func(p string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: p}}
+	}
+	c := corev1.Container{
+		Name:            name,
+		Image:           opts.StageImage,
+		ImagePullPolicy: opts.ImagePullPolicy,
+		Args:            []string{"in", "--from", in.URL, "--to", path.Join(StageMountPath, in.Path), "--log-format", "json"},
+		Env: []corev1.EnvVar{
+			{Name: v1.EnvNamespace, ValueFrom: f("metadata.namespace")},
+			{Name: v1.EnvJob, ValueFrom: f("metadata.labels['" + JobNameLabel + "']")},
+			{Name: v1.EnvPod, ValueFrom: f("metadata.name")},
+			{Name: v1.EnvUID, ValueFrom: f("metadata.uid")},
+			{Name: v1.EnvNode, ValueFrom: f("spec.nodeName")},
+			{Name: v1.EnvIndex, ValueFrom: f("metadata.annotations['" + JobCompletionIndexAnnotation + "']")},
+		},
+		VolumeMounts:             []corev1.VolumeMount{{Name: pol.WorkVolume.Name, MountPath: StageMountPath}},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		}},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr(false),
+			ReadOnlyRootFilesystem:   ptr(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+	if pol.Credentials != nil {
+		c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: *pol.Credentials}}}
+	}
+	return c
+}
+
+// checkCredentials refuses a template in which a container of the user's
+// (main, init, sidecar or ephemeral) could read the credentials Secret.
+func checkCredentials(spec *corev1.PodSpec, secret string) []error {
+	var errs []error
+	fix := fmt.Sprintf("kdefer gives the Secret named by %s only to its stage steps: give the container a different Secret, or remove the reference", v1.AnnotationCredentials)
+	secretVols := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == secret {
+			secretVols[v.Name] = true
+		}
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				if s.Secret != nil && s.Secret.Name == secret {
+					secretVols[v.Name] = true
+				}
+			}
+		}
+	}
+	check := func(kind string, i int, c *corev1.Container) {
+		where := fmt.Sprintf("spec.template.spec.%s[%d] (%s)", kind, i, c.Name)
+		for _, e := range c.EnvFrom {
+			if e.SecretRef != nil && e.SecretRef.Name == secret {
+				errs = append(errs, &TemplateError{Field: where + ".envFrom", Problem: fmt.Sprintf("receives the credentials Secret %q", secret), Fix: fix})
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret {
+				errs = append(errs, &TemplateError{Field: where + ".env[" + e.Name + "]", Problem: fmt.Sprintf("reads key %q of the credentials Secret %q", e.ValueFrom.SecretKeyRef.Key, secret), Fix: fix})
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if secretVols[m.Name] {
+				errs = append(errs, &TemplateError{Field: where + ".volumeMounts", Problem: fmt.Sprintf("mounts volume %q, which holds the credentials Secret %q", m.Name, secret), Fix: fix})
+			}
+		}
+	}
+	for i := range spec.Containers {
+		check("containers", i, &spec.Containers[i])
+	}
+	for i := range spec.InitContainers {
+		if !strings.HasPrefix(spec.InitContainers[i].Name, StageInContainerName) {
+			check("initContainers", i, &spec.InitContainers[i])
+		}
+	}
+	for i := range spec.EphemeralContainers {
+		c := corev1.Container(spec.EphemeralContainers[i].EphemeralContainerCommon)
+		check("ephemeralContainers", i, &c)
+	}
+	return errs
+}
+
+func mountsVolume(c *corev1.Container, name string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// mountAt returns the volume mounted at exactly p, or "".
+func mountAt(c *corev1.Container, p string) string {
+	p = path.Clean(p)
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) == p {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+func volumeKind(v *corev1.Volume) string {
+	s := v.VolumeSource
+	switch {
+	case s.HostPath != nil:
+		return "hostPath"
+	case s.PersistentVolumeClaim != nil:
+		return "persistentVolumeClaim"
+	case s.ConfigMap != nil:
+		return "configMap"
+	case s.Secret != nil:
+		return "secret"
+	case s.Projected != nil:
+		return "projected"
+	case s.DownwardAPI != nil:
+		return "downwardAPI"
+	case s.NFS != nil:
+		return "nfs"
+	case s.CSI != nil:
+		return "csi"
+	case s.Image != nil:
+		return "image"
+	}
+	return "non-emptyDir"
+}
+
+func hasString(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func ptr[T any](v T) *T { return &v }

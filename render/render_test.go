@@ -1,0 +1,413 @@
+package render_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
+	rt "github.com/kdefer/kdefer/render/testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from render's output")
+
+const (
+	ns  = "physics"
+	url = "s3://results/runs/{namespace}/{job}/{pod}/?endpoint=http://10.88.0.1:9000"
+)
+
+var opts = render.Options{StageImage: "kdefer.io/kdefer-stage:test"}
+
+func always() *corev1.ContainerRestartPolicy {
+	p := corev1.ContainerRestartPolicyAlways
+	return &p
+}
+
+// shapes are real-world Jobs as users write them.
+var shapes = []struct {
+	name   string
+	job    *batchv1.Job
+	policy *v1.DeferPolicySpec
+}{
+	{name: "minimal", job: rt.MakeJob("sim", ns).StageOut(url).Obj()},
+	{
+		name: "indexed-emptydir-stagein",
+		job: rt.MakeJob("sweep", ns).Indexed(100, 10).
+			Annotation(v1.AnnotationStageOut, "s3://results/sweep/{index}/").
+			Annotation(v1.AnnotationStageIn, "s3://inputs/sweep/{index}/,s3://inputs/common/").
+			Annotation(v1.AnnotationStageInPath, "in").
+			Annotation(v1.AnnotationCredentials, "minio").
+			Annotation(v1.AnnotationWorkVolume, "scratch").
+			EmptyDir("scratch", "/scratch").Obj(),
+	},
+	{
+		name: "multi-container-new-volume",
+		job: rt.MakeJob("pipeline", ns).StageOut(url).
+			Annotation(v1.AnnotationWorkMountPath, "/out").
+			Annotation(v1.AnnotationWorkSize, "20Gi").
+			Annotation(v1.AnnotationStorageClass, "local").
+			Container(corev1.Container{Name: "monitor", Image: "busybox:1.36", Args: []string{"top"}}).Obj(),
+	},
+	{
+		name: "native-sidecar-and-init",
+		job: rt.MakeJob("with-sidecar", ns).StageOut(url).
+			Annotation(v1.AnnotationStageIn, "s3://inputs/x/").
+			InitContainer(corev1.Container{Name: "setup", Image: "busybox:1.36", Args: []string{"true"}}).
+			InitContainer(corev1.Container{Name: "log-shipper", Image: "fluentbit:3", RestartPolicy: always()}).Obj(),
+	},
+	{
+		name: "existing-volumes-sizelimit",
+		job: rt.MakeJob("existing", ns).StageOut(url).
+			Annotation(v1.AnnotationWorkVolume, "data").
+			Volume(corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}).
+			Volume(corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("5Gi"))}}}).
+			Mount(0, "config", "/etc/app").Mount(0, "data", "/data").Obj(),
+	},
+	{
+		name: "pod-failure-policy-suspended",
+		job: rt.MakeJob("pfp", ns).StageOut(url).Suspend(true).Annotation(v1.AnnotationTriggers, "Succeeded,Failed,OOMKilled").
+			PodFailurePolicy(&batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:      batchv1.PodFailurePolicyActionFailJob,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{ContainerName: ptr("main"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{42}},
+			}}}).Obj(),
+	},
+	{
+		name:   "policy-with-template-annotations",
+		job:    rt.MakeJob("policy", ns).Annotation(v1.AnnotationPolicy, "team").TemplateAnnotation(v1.AnnotationDeadline, "2h").TemplateLabel("app", "sim").Obj(),
+		policy: &rt.MakePolicy("team", ns, "gs://team/{job}/{pod}/").Credentials("gcs").StageIn("gs://team/in/", "").WorkVolume("work", "/work", "2Gi").Obj().Spec,
+	},
+	{
+		name: "existing-ephemeral-volume",
+		job: rt.MakeJob("ephemeral", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "work").
+			Volume(corev1.Volume{Name: "work", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("3Gi")}}},
+			}}}}).Mount(0, "work", "/work").Obj(),
+	},
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestRenderGolden(t *testing.T) {
+	for _, tc := range shapes {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := tc.job.DeepCopy()
+			got, err := render.Job(tc.job, tc.policy, opts)
+			if err != nil {
+				t.Fatalf("render.Job: %v", err)
+			}
+			if diff := cmp.Diff(orig, tc.job); diff != "" {
+				t.Fatalf("render.Job changed its input (-before +after):\n%s", diff)
+			}
+			out, err := yaml.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", tc.name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(golden, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("reading golden file (run go test ./render -update): %v", err)
+			}
+			if diff := cmp.Diff(string(want), string(out)); diff != "" {
+				t.Errorf("render.Job differs from %s (-want +got):\n%s", golden, diff)
+			}
+
+			// Idempotence: rendering a rendered Job changes nothing.
+			again, err := render.Job(got, tc.policy, opts)
+			if err != nil {
+				t.Fatalf("rendering the rendered Job: %v", err)
+			}
+			if diff := cmp.Diff(got, again); diff != "" {
+				t.Errorf("render is not idempotent (-once +twice):\n%s", diff)
+			}
+			if ok, why := render.IsRendered(got, tc.policy, opts); !ok {
+				t.Errorf("IsRendered(rendered) = false: %s", why)
+			}
+			if ok, _ := render.IsRendered(orig, tc.policy, opts); ok {
+				t.Errorf("IsRendered(original) = true")
+			}
+
+			// Nothing else changed.
+			if diff := cmp.Diff(orig, unrender(t, got, orig)); diff != "" {
+				t.Errorf("render changed more than kdefer's parts (-original +rendered with kdefer's parts removed):\n%s", diff)
+			}
+			checkInvariants(t, got, tc.policy)
+		})
+	}
+}
+
+// unrender removes exactly what render may add, restoring the work volume
+// from the original, so that what remains must equal the original.
+func unrender(t *testing.T, rendered, orig *batchv1.Job) *batchv1.Job {
+	t.Helper()
+	j := rendered.DeepCopy()
+	tmpl := &j.Spec.Template
+	otmpl := &orig.Spec.Template
+	if _, ok := otmpl.Labels[v1.LabelManaged]; !ok {
+		delete(tmpl.Labels, v1.LabelManaged)
+	}
+	if len(tmpl.Labels) == 0 && otmpl.Labels == nil {
+		tmpl.Labels = nil
+	}
+	var fin []string
+	for _, f := range tmpl.Finalizers {
+		if f != v1.PodFinalizer {
+			fin = append(fin, f)
+		}
+	}
+	tmpl.Finalizers = fin
+	for k := range tmpl.Annotations {
+		if _, ok := otmpl.Annotations[k]; !ok && strings.HasPrefix(k, v1.AnnotationPrefix) {
+			if orig.Annotations[k] != tmpl.Annotations[k] && k != v1.AnnotationRendered {
+				t.Errorf("template annotation %s=%q is neither the Job's nor the template's", k, tmpl.Annotations[k])
+			}
+			delete(tmpl.Annotations, k)
+		}
+	}
+	if len(tmpl.Annotations) == 0 && otmpl.Annotations == nil {
+		tmpl.Annotations = nil
+	}
+	var initc []corev1.Container
+	for _, c := range tmpl.Spec.InitContainers {
+		if !strings.HasPrefix(c.Name, render.StageInContainerName) {
+			initc = append(initc, c)
+		}
+	}
+	tmpl.Spec.InitContainers = initc
+	origVols := map[string]corev1.Volume{}
+	for _, v := range otmpl.Spec.Volumes {
+		origVols[v.Name] = v
+	}
+	var vols []corev1.Volume
+	added := map[string]bool{}
+	for _, v := range tmpl.Spec.Volumes {
+		if ov, ok := origVols[v.Name]; ok {
+			if v.Ephemeral != nil && ov.Ephemeral == nil && ov.EmptyDir == nil {
+				t.Errorf("volume %s of another kind was converted", v.Name)
+			}
+			if ov.Ephemeral != nil || ov.EmptyDir != nil {
+				v = ov
+			}
+			vols = append(vols, v)
+		} else {
+			added[v.Name] = true
+		}
+	}
+	tmpl.Spec.Volumes = vols
+	for i := range tmpl.Spec.Containers {
+		var ms []corev1.VolumeMount
+		for _, m := range tmpl.Spec.Containers[i].VolumeMounts {
+			if !added[m.Name] {
+				ms = append(ms, m)
+			}
+		}
+		tmpl.Spec.Containers[i].VolumeMounts = ms
+	}
+	return j
+}
+
+func checkInvariants(t *testing.T, j *batchv1.Job, policy *v1.DeferPolicySpec) {
+	t.Helper()
+	tmpl := j.Spec.Template
+	if tmpl.Labels[v1.LabelManaged] != "true" {
+		t.Errorf("template lacks %s", v1.LabelManaged)
+	}
+	found := false
+	for _, f := range tmpl.Finalizers {
+		found = found || f == v1.PodFinalizer
+	}
+	if !found {
+		t.Errorf("template lacks finalizer %s", v1.PodFinalizer)
+	}
+	pol, err := render.EffectivePolicy(policy, tmpl.Annotations)
+	if err != nil {
+		t.Fatalf("effective policy from the pod template alone: %v", err)
+	}
+	var work *corev1.Volume
+	for i := range tmpl.Spec.Volumes {
+		if tmpl.Spec.Volumes[i].Name == pol.WorkVolume.Name {
+			work = &tmpl.Spec.Volumes[i]
+		}
+	}
+	if work == nil || work.Ephemeral == nil || work.Ephemeral.VolumeClaimTemplate.Labels[v1.LabelWorkVolume] != pol.WorkVolume.Name {
+		t.Errorf("work volume %q is not a labelled generic ephemeral volume: %+v", pol.WorkVolume.Name, work)
+	}
+	// Main containers never receive credentials; stage-in does.
+	if pol.Credentials != nil {
+		secret := pol.Credentials.Name
+		for _, c := range append(append([]corev1.Container{}, tmpl.Spec.Containers...), tmpl.Spec.InitContainers...) {
+			stage := strings.HasPrefix(c.Name, render.StageInContainerName)
+			got := false
+			for _, e := range c.EnvFrom {
+				got = got || (e.SecretRef != nil && e.SecretRef.Name == secret)
+			}
+			for _, e := range c.Env {
+				got = got || (e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret)
+			}
+			if got != stage {
+				t.Errorf("container %s: receives credentials = %v, want %v", c.Name, got, stage)
+			}
+		}
+	}
+	// Stage-in containers come first, one per source.
+	for i := range pol.StageIn {
+		if i >= len(tmpl.Spec.InitContainers) || !strings.HasPrefix(tmpl.Spec.InitContainers[i].Name, render.StageInContainerName) {
+			t.Errorf("init container %d is not a stage-in container", i)
+		}
+	}
+}
+
+func TestRenderRefuses(t *testing.T) {
+	cases := []struct {
+		name   string
+		job    *batchv1.Job
+		policy *v1.DeferPolicySpec
+		want   []string
+	}{
+		{name: "nothing to do", job: rt.MakeJob("j", ns).Obj(),
+			want: []string{"annotation kdefer.io/stage-out: is not set and no DeferPolicy is named", "fix: set kdefer.io/stage-out"}},
+		{name: "hostPath work volume", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "data").
+			Volume(corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data"}}}).Obj(),
+			want: []string{`volume "data" (kdefer.io/work-volume): is a hostPath volume`, "fix: point kdefer.io/work-volume at an emptyDir"}},
+		{name: "pvc work volume", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "data").
+			Volume(corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "x"}}}).Obj(),
+			want: []string{"is a persistentVolumeClaim volume"}},
+		{name: "memory emptyDir", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "data").
+			Volume(corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}).Obj(),
+			want: []string{"is a memory-backed emptyDir"}},
+		{name: "conflicting mount path", job: rt.MakeJob("j", ns).StageOut(url).EmptyDir("cache", "/kdefer").Obj(),
+			want: []string{`spec.template.spec.containers[0] (main): already mounts volume "cache" at /kdefer`, "fix: set kdefer.io/work-mount-path to another path, or set kdefer.io/work-volume: cache"}},
+		{name: "credentials in main container", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationCredentials, "minio").EnvFromSecret(0, "minio").Obj(),
+			want: []string{`spec.template.spec.containers[0] (main).envFrom: receives the credentials Secret "minio"`}},
+		{name: "credentials by key and volume", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationCredentials, "minio").
+			Container(corev1.Container{Name: "b", Image: "x", Env: []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "minio"}, Key: "AWS_SECRET_ACCESS_KEY"}}}}}).
+			Volume(corev1.Volume{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "minio"}}}).Mount(0, "creds", "/creds").Obj(),
+			want: []string{`containers[0] (main).volumeMounts: mounts volume "creds"`, `containers[1] (b).env[K]: reads key "AWS_SECRET_ACCESS_KEY"`}},
+		{name: "unknown trigger and bad duration, all at once", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationTriggers, "Exploded").Annotation(v1.AnnotationDeadline, "ages").Obj(),
+			want: []string{"annotation kdefer.io/deadline:", "annotation kdefer.io/triggers:"}},
+		{name: "malformed url", job: rt.MakeJob("j", ns).StageOut("s3//bucket").Obj(),
+			want: []string{`annotation kdefer.io/stage-out: "s3//bucket" is not a URL`}},
+		{name: "index without Indexed", job: rt.MakeJob("j", ns).StageOut("s3://b/{index}/").Obj(),
+			want: []string{"annotation kdefer.io/stage-out: uses {index}, but the Job is not Indexed"}},
+		{name: "reserved container name", job: rt.MakeJob("j", ns).StageOut(url).Container(corev1.Container{Name: "kdefer-stage-in", Image: "x"}).Obj(),
+			want: []string{`containers[1].name: "kdefer-stage-in" starts with "kdefer-stage-in"`}},
+		{name: "include without url", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Annotation(v1.AnnotationInclude, "*.log").Obj(),
+			policy: &v1.DeferPolicySpec{DeferContainers: []corev1.Container{{Name: "d", Image: "x"}}},
+			want:   []string{"annotation kdefer.io/include: is set, but no stage-out URL is"}},
+		{name: "policy without stage-out", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Obj(), policy: &v1.DeferPolicySpec{},
+			want: []string{`annotation kdefer.io/stage-out: is not set and DeferPolicy "p" has neither stageOut nor deferContainers`}},
+		{name: "invalid policy field", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Obj(),
+			policy: &v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x", Path: "/abs"}},
+			want:   []string{"policy.stageOut.path: Invalid value"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render.Job(tc.job, tc.policy, opts)
+			if err == nil {
+				t.Fatal("render.Job succeeded, want an error")
+			}
+			msg := strings.Join(render.Problems(err), "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not contain %q:\n%s", w, msg)
+				}
+			}
+		})
+	}
+}
+
+func TestEffectivePolicyOverride(t *testing.T) {
+	policy := rt.MakePolicy("p", ns, "s3://team/{pod}/").Credentials("team").StageIn("s3://in/a/", "a").StageIn("s3://in/b/", "b").
+		TriggerRule(v1.TriggerRule{Triggers: []v1.Trigger{v1.TriggerOOMKilled}, Include: []string{"logs/**"}}).Obj().Spec
+	got, err := render.EffectivePolicy(&policy, map[string]string{
+		v1.AnnotationStageOut:    "s3://mine/{pod}/",
+		v1.AnnotationStageInPath: "in",
+		v1.AnnotationTriggers:    "Succeeded,OOMKilled",
+		v1.AnnotationWorkSize:    "5Gi",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StageOut.URL != "s3://mine/{pod}/" || got.Credentials.Name != "team" {
+		t.Errorf("stage-out/credentials = %q/%v", got.StageOut.URL, got.Credentials)
+	}
+	if diff := cmp.Diff([]v1.StageIn{{URL: "s3://in/a/", Path: "in"}, {URL: "s3://in/b/", Path: "in"}}, got.StageIn); diff != "" {
+		t.Errorf("stageIn (-want +got):\n%s", diff)
+	}
+	if r := got.RuleFor(v1.TriggerFailed); r.Action != v1.TriggerActionSkip {
+		t.Errorf("unlisted trigger Failed: action %s, want Skip", r.Action)
+	}
+	if r := got.RuleFor(v1.TriggerOOMKilled); r.Action != v1.TriggerActionRun || len(r.Include) != 1 {
+		t.Errorf("listed trigger OOMKilled keeps the policy's rule: %+v", r)
+	}
+	if got.WorkVolume.Size.String() != "5Gi" || got.WorkVolume.Name != v1.DefaultWorkVolumeName {
+		t.Errorf("work volume %+v", got.WorkVolume)
+	}
+	if policy.StageOut.URL != "s3://team/{pod}/" {
+		t.Errorf("EffectivePolicy modified the policy")
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	j := rt.MakeJob("j", ns).StageOut("s3://b/shared/").Parallelism(4, 8).Annotation("kdefer.io/tigger", "all").Obj()
+	want := []string{
+		"annotation kdefer.io/tigger is not a kdefer annotation and is ignored; did you mean kdefer.io/triggers?",
+		`annotation kdefer.io/stage-out: "s3://b/shared/" has no {pod}, {index} or {uid}, so every pod of this Job uploads to the same prefix and later pods overwrite earlier ones`,
+	}
+	if diff := cmp.Diff(want, render.Warnings(j)); diff != "" {
+		t.Errorf("Warnings (-want +got):\n%s", diff)
+	}
+}
+
+func FuzzRender(f *testing.F) {
+	f.Add(0, "s3://b/{pod}/", "work", "", "s3://in/", "minio", "all", "/kdefer")
+	f.Add(1, "s3://b/{index}/", "scratch", "/scratch", "s3://in/{index}/,file:///x", "", "Succeeded", "/out")
+	f.Add(2, "gs://b/x", "data", "/data", "", "s", "OOMKilled,Evicted", "/data")
+	f.Add(3, "mem://b/", "kdefer-stage-in", "", "", "", "", "")
+	f.Fuzz(func(t *testing.T, shape int, out, vol, mount, in, creds, triggers, workMount string) {
+		j := rt.MakeJob("fz", ns).StageOut(out)
+		if shape%4 == 1 {
+			j.Indexed(4, 2)
+		}
+		if mount != "" && vol != "" {
+			j.EmptyDir(vol, mount)
+		}
+		if shape%3 == 2 {
+			j.InitContainer(corev1.Container{Name: "side", Image: "x", RestartPolicy: always()})
+		}
+		for k, v := range map[string]string{v1.AnnotationWorkVolume: vol, v1.AnnotationStageIn: in, v1.AnnotationCredentials: creds,
+			v1.AnnotationTriggers: triggers, v1.AnnotationWorkMountPath: workMount} {
+			if v != "" {
+				j.Annotation(k, v)
+			}
+		}
+		job := j.Obj()
+		got, err := render.Job(job, nil, opts)
+		if err != nil {
+			if len(render.Problems(err)) == 0 {
+				t.Fatalf("error without problems: %v", err)
+			}
+			return
+		}
+		again, err := render.Job(got, nil, opts)
+		if err != nil {
+			t.Fatalf("rendering a rendered Job failed: %v", err)
+		}
+		if diff := cmp.Diff(got, again); diff != "" {
+			t.Fatalf("not idempotent (-once +twice):\n%s", diff)
+		}
+	})
+}
