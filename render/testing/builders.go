@@ -77,7 +77,9 @@ func (w *JobWrapper) TemplateLabel(k, v string) *JobWrapper {
 }
 
 // StageOut sets kdefer.io/stage-out.
-func (w *JobWrapper) StageOut(url string) *JobWrapper { return w.Annotation(v1.AnnotationStageOut, url) }
+func (w *JobWrapper) StageOut(url string) *JobWrapper {
+	return w.Annotation(v1.AnnotationStageOut, url)
+}
 
 // Indexed makes it an Indexed Job of n completions and parallelism p.
 func (w *JobWrapper) Indexed(n, p int32) *JobWrapper {
