@@ -119,7 +119,8 @@ func EffectivePolicy(policy *v1.DeferPolicySpec, annotations map[string]string) 
 	}
 	out.Default()
 
-	if out.StageOut == nil && len(out.DeferContainers) == 0 {
+	_, stageOutSet := annotations[v1.AnnotationStageOut]
+	if out.StageOut == nil && len(out.DeferContainers) == 0 && !stageOutSet {
 		if a.Policy == "" {
 			fail(v1.AnnotationStageOut, "is not set and no DeferPolicy is named, so kdefer has nothing to do after the pod ends",
 				"set "+v1.AnnotationStageOut+": s3://bucket/prefix/{pod}/ or name a DeferPolicy with "+v1.AnnotationPolicy)
@@ -127,7 +128,7 @@ func EffectivePolicy(policy *v1.DeferPolicySpec, annotations map[string]string) 
 			fail(v1.AnnotationStageOut, fmt.Sprintf("is not set and DeferPolicy %q has neither stageOut nor deferContainers", a.Policy),
 				"set "+v1.AnnotationStageOut+" or spec.stageOut.url in the DeferPolicy")
 		}
-	} else if len(errs) == 0 {
+	} else if len(errs) == 0 && (out.StageOut != nil || len(out.DeferContainers) > 0) {
 		// Annotations were well-formed; check the merged result (which may
 		// hold the policy's own values) with the policy's rules.
 		for _, e := range v1.ValidateDeferPolicySpec(&out, field.NewPath("policy")) {

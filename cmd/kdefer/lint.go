@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
+)
+
+func init() {
+	var f renderFlags
+	cmd := &cobra.Command{
+		Use:   "lint -f job.yaml",
+		Short: "Explain every problem kdefer finds in Jobs and DeferPolicies",
+		Long: `Check every Job and DeferPolicy of the input as kdefer's webhooks would and
+explain every problem at once, each with its fix. Exits 1 when there are
+problems, 0 when there are none (warnings alone do not fail).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLint(cmd.InOrStdin(), cmd.OutOrStdout(), &f)
+		},
+	}
+	f.add(cmd)
+	rootCmd.AddCommand(cmd)
+}
+
+func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
+	docs, err := readDocuments(f.files, stdin)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	ps, err := collectPolicies(docs)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	total := 0
+	for _, d := range docs {
+		var problems, warnings []string
+		switch {
+		case d.isPolicy():
+			p := ps.lookup(d.name, d.ns)
+			for _, e := range v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec")) {
+				problems = append(problems, e.Error())
+			}
+		case d.isJob():
+			j, err := d.job()
+			if err != nil {
+				problems = append(problems, err.Error())
+				break
+			}
+			if !wantsKdefer(j) {
+				continue
+			}
+			if j.Labels[v1.LabelEnabled] != "true" {
+				warnings = append(warnings, fmt.Sprintf("the Job has kdefer.io annotations but not the label %s: \"true\", so kdefer's webhook ignores it; add the label, or render it with kdefer render", v1.LabelEnabled))
+			}
+			warnings = append(warnings, render.Warnings(j)...)
+			pol, err := policyFor(ps, j)
+			if err != nil {
+				problems = append(problems, err.Error())
+				// Check the rest with the annotations alone.
+				if _, err := v1.ParseAnnotations(j.Annotations); err != nil {
+					problems = append(problems, render.Problems(err)...)
+				}
+				break
+			}
+			if _, err := render.Job(j, pol, f.options()); err != nil {
+				problems = append(problems, render.Problems(err)...)
+			}
+		default:
+			continue
+		}
+		total += len(problems)
+		if len(problems) == 0 && len(warnings) == 0 {
+			fmt.Fprintf(stdout, "%s: ok\n", d)
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: %d problem(s), %d warning(s)\n", d, len(problems), len(warnings))
+		for _, p := range problems {
+			fmt.Fprintf(stdout, "  error: %s\n", p)
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(stdout, "  warning: %s\n", w)
+		}
+	}
+	if total > 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("%d problem(s) found", total)}
+	}
+	return nil
+}

@@ -1,0 +1,26 @@
+// Command kdefer is kdefer's command-line tool, also usable as a kubectl
+// plugin (`kubectl kdefer ...` when installed as kubectl-kdefer).
+//
+// Each subcommand lives in its own file and registers itself on rootCmd in
+// an init function, so adding a command means adding a file.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := rootCmd.Execute(); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(os.Stderr, "kdefer:", ee.msg)
+			}
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "kdefer:", err)
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
+)
+
+type renderFlags struct {
+	files      []string
+	stageImage string
+	pullPolicy string
+}
+
+func (f *renderFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringSliceVarP(&f.files, "filename", "f", nil, "file with Jobs (and the DeferPolicies they name); - for stdin; repeatable")
+	cmd.Flags().StringVar(&f.stageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-in containers")
+	cmd.Flags().StringVar(&f.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the stage-in containers")
+}
+
+func (f *renderFlags) options() render.Options {
+	return render.Options{StageImage: f.stageImage, ImagePullPolicy: corev1.PullPolicy(f.pullPolicy)}
+}
+
+func init() {
+	var f renderFlags
+	cmd := &cobra.Command{
+		Use:   "render -f job.yaml",
+		Short: "Render Jobs for kdefer offline and write them to stdout",
+		Long: `Render every batch/v1 Job of the input that opts in to kdefer (label
+kdefer.io/enabled=true or any kdefer.io annotation) as kdefer's webhook would,
+and write all documents to stdout; other documents pass through unchanged.
+A Job that names a DeferPolicy needs that policy in the input.
+
+  kdefer render -f job.yaml | kubectl apply -f -
+  kdefer render -f policy.yaml -f job.yaml | kubectl apply -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRender(cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
+		},
+	}
+	f.add(cmd)
+	rootCmd.AddCommand(cmd)
+}
+
+func runRender(stdin io.Reader, stdout, stderr io.Writer, f *renderFlags) error {
+	docs, err := readDocuments(f.files, stdin)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	ps, err := collectPolicies(docs)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	var out bytes.Buffer
+	var problems []string
+	for i, d := range docs {
+		if i > 0 {
+			out.WriteString("---\n")
+		}
+		if !d.isJob() {
+			out.Write(bytes.TrimRight(d.raw, "\n"))
+			out.WriteString("\n")
+			continue
+		}
+		y, perr := renderDocument(d, ps, f.options())
+		if perr != nil {
+			for _, p := range render.Problems(perr) {
+				problems = append(problems, fmt.Sprintf("%s: %s", d, p))
+			}
+			continue
+		}
+		out.Write(y)
+	}
+	if len(problems) > 0 {
+		return &exitError{code: 1, msg: "cannot render:\n  " + strings.Join(problems, "\n  ")}
+	}
+	_, err = stdout.Write(out.Bytes())
+	return err
+}
+
+// renderDocument renders one Job document. The result is the original
+// document with render's changes merged in (a strategic merge patch), so
+// fields render does not touch keep exactly what the user wrote, including
+// fields this version of the Job type does not know.
+func renderDocument(d *document, ps policies, opts render.Options) ([]byte, error) {
+	j, err := d.job()
+	if err != nil {
+		return nil, err
+	}
+	if !wantsKdefer(j) {
+		return append(bytes.TrimRight(d.raw, "\n"), '\n'), nil
+	}
+	pol, err := policyFor(ps, j)
+	if err != nil {
+		return nil, err
+	}
+	r, err := render.Job(j, pol, opts)
+	if err != nil {
+		return nil, err
+	}
+	before, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(before, after, batchv1.Job{})
+	if err != nil {
+		return nil, err
+	}
+	merged, err := strategicpatch.StrategicMergePatch(d.json, patch, batchv1.Job{})
+	if err != nil {
+		return nil, err
+	}
+	return yaml.JSONToYAML(merged)
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// rootCmd is the kdefer command. Subcommands add themselves with
+// rootCmd.AddCommand in their file's init function.
+var rootCmd = &cobra.Command{
+	Use:   "kdefer",
+	Short: "Run work after a Kubernetes Job's pods end, whatever ended them",
+	Long: `kdefer renders Jobs for kdefer (offline, for clusters without its webhook),
+checks them, and inspects and steers the defer runs of managed pods.`,
+	Version:       v1.Version,
+	SilenceUsage:  true,
+	SilenceErrors: true,
+}
+
+// exitError ends the command with a given exit code; msg (if any) goes to
+// stderr. Exit codes: 1 the input has problems, 2 usage or I/O errors.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
