@@ -28,8 +28,10 @@ type document struct {
 	ns     string
 }
 
-func (d *document) isJob() bool    { return d.kind == "Job" && d.apiVer == "batch/v1" }
-func (d *document) isPolicy() bool { return d.kind == "DeferPolicy" && d.apiVer == v1.GroupVersion.String() }
+func (d *document) isJob() bool { return d.kind == "Job" && d.apiVer == "batch/v1" }
+func (d *document) isPolicy() bool {
+	return d.kind == "DeferPolicy" && d.apiVer == v1.GroupVersion.String()
+}
 
 func (d *document) String() string {
 	n := d.name
