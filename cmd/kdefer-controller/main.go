@@ -1,0 +1,96 @@
+// Command kdefer-controller runs kdefer's controllers: it arms every managed
+// pod, runs a defer pod on the same node when the pod ends, and releases the
+// pod and its work volume afterwards.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/zerologr"
+	"github.com/rs/zerolog"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("kdefer-controller", flag.ContinueOnError)
+	var (
+		mo          controller.ManagerOptions
+		qps         float64
+		burst       int
+		logLevel    string
+		logFormat   string
+		kubeconfig  string
+		showVersion bool
+	)
+	fs.StringVar(&mo.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	fs.StringVar(&mo.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables them)")
+	fs.BoolVar(&mo.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease "+controller.LeaderElectionID+")")
+	fs.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	fs.Float64Var(&qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver (0: none, controller-runtime's default)")
+	fs.IntVar(&burst, "kube-api-burst", 100, "client-side burst towards the apiserver")
+	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
+	fs.IntVar(&mo.Workers, "workers", 8, "concurrent reconciles per controller")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if showVersion {
+		fmt.Println(v1.Version)
+		return 0
+	}
+	lvl, err := zerolog.ParseLevel(logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "--log-level: %v\n", err)
+		return 2
+	}
+	var out = zerolog.New(os.Stderr)
+	if logFormat == "console" {
+		out = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
+	}
+	zl := out.Level(lvl).With().Timestamp().Logger()
+	zerologr.VerbosityFieldName = "v"
+	log := zerologr.New(&zl)
+	ctrl.SetLogger(log)
+
+	if kubeconfig != "" {
+		os.Setenv("KUBECONFIG", kubeconfig)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "loading kubeconfig")
+		return 1
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.UserAgent = "kdefer-controller/" + v1.Version
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	mgr, err := controller.NewManager(ctx, cfg, mo)
+	if err != nil {
+		log.Error(err, "creating manager")
+		return 1
+	}
+	log.Info("starting manager", "version", v1.Version, "stageImage", mo.DeferPod.StageImage, "leaderElection", mo.LeaderElection)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "running manager")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,127 @@
+package controller
+
+import (
+	"strconv"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// WorkClaims lists a pod's work volumes: generic ephemeral volumes whose
+// claim template render labelled kdefer.io/work-volume. The ephemeral-volume
+// controller names their PVCs POD-VOLUME.
+func WorkClaims(pod *corev1.Pod) []v1.RetainedVolume {
+	var out []v1.RetainedVolume
+	for _, vol := range pod.Spec.Volumes {
+		e := vol.Ephemeral
+		if e == nil || e.VolumeClaimTemplate == nil {
+			continue
+		}
+		if _, ok := e.VolumeClaimTemplate.Labels[v1.LabelWorkVolume]; !ok {
+			continue
+		}
+		out = append(out, v1.RetainedVolume{Name: vol.Name, ClaimName: pod.Name + "-" + vol.Name})
+	}
+	return out
+}
+
+// BuildRun returns the DeferRun that arms pod: named after the pod, with the
+// effective policy snapshot, the pod's kdefer annotations (so the run can
+// re-resolve its policy after the pod is gone) and, for a Job's pod, the Job
+// as a non-controller owner with blockOwnerDeletion false.
+//
+// Why the Job and not the pod: the run must outlive the pod (it co-owns the
+// pod's volume after the pod is deleted), yet should not outlive its Job
+// forever. Owned by the Job, deleting the Job deletes the run, whose
+// finalizer holds it until its volume is handled; blockOwnerDeletion false
+// means a foreground deletion of the Job never waits for a run. A bare pod's
+// run has no owner and is removed by its TTL.
+func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, configErr string) *v1.DeferRun {
+	run := &v1.DeferRun{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        pod.Name,
+			Namespace:   pod.Namespace,
+			Labels:      map[string]string{v1.LabelPodName: LabelValue(pod.Name)},
+			Annotations: configAnnotations(pod.Annotations),
+			Finalizers:  []string{v1.DeferRunFinalizer},
+		},
+		Spec: v1.DeferRunSpec{
+			PodName:    pod.Name,
+			PodUID:     pod.UID,
+			NodeName:   pod.Spec.NodeName,
+			Volumes:    WorkClaims(pod),
+			Policy:     policy,
+			PolicyName: policyName,
+		},
+	}
+	if configErr != "" {
+		run.Annotations[annotationConfigError] = configErr
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/") {
+		run.Spec.JobName = ref.Name
+		run.Labels[v1.LabelJobName] = LabelValue(ref.Name)
+		run.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID,
+			Controller: ptr.To(false), BlockOwnerDeletion: ptr.To(false),
+		}}
+	}
+	if s, ok := pod.Annotations[batchv1.JobCompletionIndexAnnotation]; ok {
+		if i, err := strconv.Atoi(s); err == nil {
+			run.Spec.CompletionIndex = ptr.To(int32(i))
+		}
+	}
+	return run
+}
+
+func configAnnotations(in map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range v1.ConfigAnnotations {
+		if v, ok := in[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// AdoptedOwners returns the ownerReferences a work PVC should have once run
+// co-owns it, and whether they differ from the current ones. The run is a
+// second, non-controller owner with blockOwnerDeletion false, so the
+// garbage collector keeps the PVC when the pod goes, under any propagation.
+// When the pod is already being deleted, its reference is dropped instead:
+// a foreground deletion then finishes at once, rather than when the garbage
+// collector's backoff next retries (up to 1000 s).
+func AdoptedOwners(pvc *corev1.PersistentVolumeClaim, run *v1.DeferRun, podDeleting bool) ([]metav1.OwnerReference, bool) {
+	var out []metav1.OwnerReference
+	has, changed := false, false
+	for _, ref := range pvc.OwnerReferences {
+		switch {
+		case ref.UID == run.UID:
+			has = true
+			out = append(out, ref)
+		case podDeleting && ref.Kind == "Pod" && ref.UID == run.Spec.PodUID:
+			changed = true
+		default:
+			out = append(out, ref)
+		}
+	}
+	if !has {
+		out = append(out, runOwnerRef(run, false))
+		changed = true
+	}
+	return out, changed
+}
+
+// HasOwner reports whether obj lists the run as an owner.
+func HasOwner(refs []metav1.OwnerReference, run *v1.DeferRun) bool {
+	for _, r := range refs {
+		if r.UID == run.UID {
+			return true
+		}
+	}
+	return false
+}

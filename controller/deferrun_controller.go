@@ -1,0 +1,509 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// RunReconciler drives a DeferRun from trigger to release: config and node
+// checks, the defer pod and its PDB, the outcome, the volume, the TTL.
+type RunReconciler struct {
+	client    client.Client
+	apiReader client.Reader // uncached reads (Secrets: never cached)
+	recorder  events.EventRecorder
+	clock     clock.Clock
+	opts      DeferPodOptions
+}
+
+// NewRunReconciler returns the DeferRun reconciler.
+func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.EventRecorder, clk clock.Clock, opts DeferPodOptions) *RunReconciler {
+	return &RunReconciler{client: c, apiReader: apiReader, recorder: rec, clock: clk, opts: opts}
+}
+
+// +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=kdefer.io,resources=deferruns/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kdefer.io,resources=deferruns/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
+
+// Reconcile gets the DeferRun and hands it to reconcile.
+func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	run := &v1.DeferRun{}
+	if err := r.client.Get(ctx, req.NamespacedName, run); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	res, err := r.reconcile(ctx, run)
+	return quiet(ctx, res, err)
+}
+
+// runState is one pass over a run: the status being built, the events to
+// emit once it is written, and follow-up actions.
+type runState struct {
+	run         *v1.DeferRun
+	status      *v1.DeferRunStatus
+	now         time.Time
+	result      reconcile.Result
+	events      []event
+	finishedNow bool
+	deleteRun   bool
+}
+
+type event struct {
+	typ, reason, note string
+}
+
+func (s *runState) requeueAt(t time.Time) {
+	d := t.Sub(s.now)
+	if d < time.Second {
+		d = time.Second
+	}
+	if s.result.RequeueAfter == 0 || d < s.result.RequeueAfter {
+		s.result.RequeueAfter = d
+	}
+}
+
+func (s *runState) cond(typ string, status bool, reason, msg string) {
+	setCondition(s.status, s.run.Generation, typ, status, reason, msg)
+}
+
+func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconcile.Result, error) {
+	// Finalizer first, then act.
+	if run.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(run, v1.DeferRunFinalizer) {
+		controllerutil.AddFinalizer(run, v1.DeferRunFinalizer)
+		log.FromContext(ctx).Info("adding defer run finalizer")
+		return reconcile.Result{}, r.client.Update(ctx, run)
+	}
+	s := &runState{run: run, status: run.Status.DeepCopy(), now: r.clock.Now()}
+	var err error
+	switch {
+	case Finished(run):
+		err = r.afterFinish(ctx, s)
+	case run.Spec.Trigger == "":
+		r.armed(s)
+	default:
+		err = r.execute(ctx, s)
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.writeStatus(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	r.emit(ctx, s)
+	if s.finishedNow {
+		r.updateJobSummary(ctx, run)
+	}
+	if run.DeletionTimestamp != nil && Finished(run) && meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
+		return reconcile.Result{}, r.removeFinalizer(ctx, run)
+	}
+	if s.deleteRun {
+		log.FromContext(ctx).Info("deleting defer run after its TTL")
+		return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}))
+	}
+	return s.result, nil
+}
+
+// armed: the pod still runs.
+func (r *RunReconciler) armed(s *runState) {
+	s.cond(v1.DeferRunArmed, true, ReasonArmed, fmt.Sprintf("work volume of pod %s is co-owned; waiting for the pod to end", s.run.Spec.PodName))
+}
+
+// execute runs a triggered, unfinished run one step further.
+func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
+	run := s.run
+	s.cond(v1.DeferRunArmed, true, ReasonArmed, "")
+	s.cond(v1.DeferRunTriggered, true, string(run.Spec.Trigger), fmt.Sprintf("pod %s ended: %s (exit code %d)", run.Spec.PodName, run.Spec.Trigger, ExitCode(run.Spec.ExitCodes)))
+	if s.status.TriggeredAt == nil {
+		s.status.TriggeredAt = &metav1.Time{Time: triggeredAt(run, s.now)}
+	}
+	if reason, msg := skipOf(run); reason != "" {
+		return r.finish(ctx, s, v1.DeferRunSkipped, reason, msg, nil)
+	}
+	if done, err := r.checkConfig(ctx, s); done || err != nil {
+		return err
+	}
+	steps := Steps(run, r.opts)
+	if len(steps) == 0 {
+		reason := ReasonNothingToRun
+		if run.Spec.Policy.RuleFor(run.Spec.Trigger).Action == v1.TriggerActionSkip {
+			reason = ReasonRuleSkip
+		}
+		return r.finish(ctx, s, v1.DeferRunSkipped, reason, fmt.Sprintf("no step runs for trigger %s", run.Spec.Trigger), nil)
+	}
+	pod := &corev1.Pod{}
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, pod)
+	if apierrors.IsNotFound(err) {
+		pod = nil
+	} else if err != nil {
+		return err
+	}
+	if pod != nil && !metav1.IsControlledBy(pod, run) {
+		return fmt.Errorf("pod %s exists and is not this run's defer pod", pod.Name)
+	}
+	if done, err := r.checkNode(ctx, s, pod); done || err != nil {
+		return err
+	}
+	if pod == nil || (pod.DeletionTimestamp != nil && !podTerminal(pod)) {
+		if pod != nil {
+			s.requeueAt(s.now.Add(2 * time.Second)) // evicted or deleted: re-created once gone
+			return nil
+		}
+		return r.startDeferPod(ctx, s)
+	}
+	return r.observe(ctx, s, pod)
+}
+
+// checkConfig re-resolves a policy that could not be resolved when the run
+// was armed, and checks the credentials Secret exists. It keeps the volume
+// and waits (within the deadline) while something is missing.
+func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, error) {
+	run := s.run
+	problem, reason := "", ""
+	if msg, ok := run.Annotations[annotationConfigError]; ok {
+		spec, perr, err := r.resolvePolicy(ctx, run)
+		if err != nil {
+			return true, err
+		}
+		if perr == "" {
+			// Fixed: take the snapshot now, and go on in the next pass.
+			orig := run.DeepCopy()
+			run.Spec.Policy = spec
+			delete(run.Annotations, annotationConfigError)
+			log.FromContext(ctx).Info("resolving the policy that was missing when the run was armed", "was", msg)
+			if err := r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+				return true, err
+			}
+			return true, errRequeue
+		}
+		problem, reason = perr, ReasonPolicyNotFound
+		if run.Spec.PolicyName == "" {
+			reason = ReasonBadAnnotation
+		}
+	}
+	if problem == "" && run.Spec.Policy.Credentials != nil && run.Spec.Policy.StageOut != nil && s.status.DeferPodName == "" {
+		name := run.Spec.Policy.Credentials.Name
+		sec := &metav1.PartialObjectMetadata{}
+		sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, sec)
+		switch {
+		case apierrors.IsNotFound(err):
+			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), ReasonSecretNotFound
+		case err != nil:
+			return true, err
+		}
+	}
+	if problem == "" {
+		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue {
+			s.cond(v1.DeferRunConfigError, false, ReasonResolved, "configuration resolved")
+			s.events = append(s.events, event{corev1.EventTypeNormal, ReasonResolved, "configuration resolved; the run proceeds"})
+		}
+		return false, nil
+	}
+	deadline := s.status.TriggeredAt.Add(run.Spec.Policy.Deadline.Duration)
+	if !s.now.Before(deadline) {
+		return true, r.finish(ctx, s, v1.DeferRunFailed, ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
+	}
+	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c == nil || c.Status != metav1.ConditionTrue || c.Message != problem {
+		s.events = append(s.events, event{corev1.EventTypeWarning, reason, problem})
+	}
+	s.cond(v1.DeferRunConfigError, true, reason, problem)
+	s.requeueAt(s.now.Add(10 * time.Second))
+	return true, nil
+}
+
+// resolvePolicy computes the effective policy from the named DeferPolicy and
+// the annotations the run copied from its pod. perr describes what is wrong.
+func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1.DeferPolicySpec, string, error) {
+	var spec *v1.DeferPolicySpec
+	if run.Spec.PolicyName != "" {
+		pol := &v1.DeferPolicy{}
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PolicyName}, pol)
+		if apierrors.IsNotFound(err) {
+			return v1.DeferPolicySpec{}, policyNotFound(run.Namespace, run.Spec.PolicyName), nil
+		}
+		if err != nil {
+			return v1.DeferPolicySpec{}, "", err
+		}
+		spec = &pol.Spec
+	}
+	eff, err := EffectivePolicy(spec, run.Annotations)
+	if err != nil {
+		return eff, err.Error(), nil
+	}
+	return eff, "", nil
+}
+
+// checkNode waits for a NotReady or missing node, then gives up (NodeLost).
+func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (bool, error) {
+	if pod != nil && podTerminal(pod) {
+		return false, nil
+	}
+	var node *corev1.Node
+	n := &corev1.Node{}
+	err := r.client.Get(ctx, types.NamespacedName{Name: s.run.Spec.NodeName}, n)
+	switch {
+	case err == nil:
+		node = n
+	case !apierrors.IsNotFound(err):
+		return true, err
+	}
+	v := JudgeNode(node, s.run, s.status.TriggeredAt.Time, s.now)
+	switch {
+	case v.Ready:
+		return false, nil
+	case v.Lost:
+		return true, r.finish(ctx, s, v1.DeferRunFailed, ReasonNodeLost, v.Message, pod)
+	}
+	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut); c == nil || c.Reason != ReasonNodeNotReady {
+		s.events = append(s.events, event{corev1.EventTypeWarning, ReasonNodeNotReady, v.Message})
+	}
+	s.cond(v1.DeferRunStagingOut, false, ReasonNodeNotReady, v.Message)
+	s.requeueAt(v.RetryAt)
+	return true, nil
+}
+
+// startDeferPod creates the PDB, then the defer pod. Both have fixed names,
+// so a pass after a crash finds them instead of creating more.
+func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState) error {
+	run := s.run
+	pdb := BuildDeferPDB(run)
+	existing := &policyv1.PodDisruptionBudget{}
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(pdb), existing); apierrors.IsNotFound(err) {
+		if err := r.client.Create(ctx, pdb); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		Metrics.Writes.WithLabelValues("pdb").Inc()
+	} else if err != nil {
+		return err
+	}
+	pod := BuildDeferPod(run, r.opts)
+	log.FromContext(ctx).Info("creating defer pod", "pod", pod.Name, "node", pod.Spec.NodeName, "trigger", run.Spec.Trigger)
+	if err := r.client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return errRequeue
+		}
+		return err
+	}
+	Metrics.Writes.WithLabelValues("defer-pod").Inc()
+	Metrics.Reaction.Observe(s.now.Sub(s.status.TriggeredAt.Time).Seconds())
+	s.status.DeferPodName = pod.Name
+	if s.status.StartTime == nil {
+		s.status.StartTime = &metav1.Time{Time: s.now}
+	}
+	s.cond(v1.DeferRunStagingOut, true, ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
+	s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, run.Spec.Trigger)})
+	return nil
+}
+
+// observe reads the defer pod's status into the run and finishes the run
+// when the pod says it is over.
+func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Pod) error {
+	o := Observe(pod, *s.run.Spec.Policy.RetryLimit)
+	s.status.DeferPodName = pod.Name
+	if s.status.StartTime == nil {
+		s.status.StartTime = &pod.CreationTimestamp
+	}
+	s.status.Steps = o.Steps
+	if o.Summary != nil {
+		s.status.Bytes, s.status.Objects, s.status.Skipped = o.Summary.Bytes, o.Summary.Objects, o.Summary.Skipped
+		s.status.ManifestURL = o.Summary.ManifestURL
+	}
+	if !o.Done {
+		s.cond(v1.DeferRunStagingOut, true, ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
+		return nil
+	}
+	if o.Failed {
+		return r.finish(ctx, s, v1.DeferRunFailed, o.Reason, o.Message, pod)
+	}
+	msg := "every step succeeded"
+	if o.Summary != nil {
+		msg = fmt.Sprintf("staged out %d objects (%d bytes, %d already there) to %s", o.Summary.Objects, o.Summary.Bytes, o.Summary.Skipped, o.Summary.ManifestURL)
+	}
+	return r.finish(ctx, s, v1.DeferRunSucceeded, ReasonSucceeded, msg, pod)
+}
+
+// finish marks the run final, stops a defer pod that still runs, and handles
+// the volume per policy.
+func (r *RunReconciler) finish(ctx context.Context, s *runState, typ, reason, msg string, pod *corev1.Pod) error {
+	if pod != nil && !podTerminal(pod) && pod.DeletionTimestamp == nil {
+		log.FromContext(ctx).Info("stopping defer pod", "pod", pod.Name, "reason", reason)
+		if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	s.cond(typ, true, reason, msg)
+	if meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut) != nil {
+		s.cond(v1.DeferRunStagingOut, false, reason, "")
+	}
+	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue && reason != ReasonConfigError {
+		s.cond(v1.DeferRunConfigError, false, ReasonResolved, "")
+	}
+	s.status.CompletionTime = &metav1.Time{Time: s.now}
+	s.finishedNow = true
+	evType := corev1.EventTypeNormal
+	if typ == v1.DeferRunFailed {
+		evType = corev1.EventTypeWarning
+	}
+	s.events = append(s.events, event{evType, reason, fmt.Sprintf("defer run of pod %s %s: %s", s.run.Spec.PodName, typ, msg)})
+	return r.handleVolume(ctx, s)
+}
+
+// afterFinish: release a retained volume when due, stop a leftover defer
+// pod, delete the run after its TTL.
+func (r *RunReconciler) afterFinish(ctx context.Context, s *runState) error {
+	if err := r.handleVolume(ctx, s); err != nil {
+		return err
+	}
+	if exp, ok := TTLExpiry(&v1.DeferRun{ObjectMeta: s.run.ObjectMeta, Spec: s.run.Spec, Status: *s.status}); ok && s.run.DeletionTimestamp == nil {
+		if !s.now.Before(exp) {
+			s.deleteRun = true
+		} else {
+			s.requeueAt(exp)
+		}
+	}
+	return nil
+}
+
+// handleVolume deletes the work PVCs when ShouldRelease says so, else records
+// that they are kept and when they are due.
+func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
+	if meta.IsStatusConditionTrue(s.status.Conditions, v1.DeferRunVolumeReleased) {
+		return nil
+	}
+	view := &v1.DeferRun{ObjectMeta: s.run.ObjectMeta, Spec: s.run.Spec, Status: *s.status}
+	release, due := ShouldRelease(view, s.now)
+	if !release {
+		msg := fmt.Sprintf("work volume kept for inspection or a rerun; release it with `kdefer release deferrun/%s`", s.run.Name)
+		if !due.IsZero() {
+			msg += fmt.Sprintf(" (released automatically at %s)", due.UTC().Format(time.RFC3339))
+			s.requeueAt(due)
+		}
+		s.cond(v1.DeferRunVolumeReleased, false, ReasonRetained, msg)
+		return nil
+	}
+	for _, v := range s.run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: v.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !HasOwner(pvc.OwnerReferences, s.run) && !ownedBy(pvc.OwnerReferences, s.run.Spec.PodUID) {
+			continue // someone else's PVC of that name
+		}
+		if pvc.DeletionTimestamp != nil {
+			continue
+		}
+		log.FromContext(ctx).Info("releasing work volume", "pvc", pvc.Name)
+		if err := r.client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		Metrics.Writes.WithLabelValues("release-volume").Inc()
+	}
+	s.cond(v1.DeferRunVolumeReleased, true, ReasonReleased, "work volume deleted")
+	s.events = append(s.events, event{corev1.EventTypeNormal, "VolumeReleased", "work volume deleted"})
+	return nil
+}
+
+// writeStatus is the pass's one status write, skipped when nothing changed.
+func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
+	s.status.State = State(s.status)
+	if equality.Semantic.DeepEqual(&s.run.Status, s.status) {
+		return nil
+	}
+	s.run.Status = *s.status
+	if err := r.client.Status().Update(ctx, s.run); err != nil {
+		return err
+	}
+	Metrics.Writes.WithLabelValues("status").Inc()
+	if s.finishedNow {
+		Metrics.Runs.WithLabelValues(string(s.run.Spec.Trigger), s.status.State).Inc()
+		Metrics.StageBytes.Add(float64(s.status.Bytes))
+	}
+	return nil
+}
+
+// emit sends the pass's events, on the run and on its Job, after the status
+// they describe is stored.
+func (r *RunReconciler) emit(ctx context.Context, s *runState) {
+	if r.recorder == nil {
+		return
+	}
+	var job runtime.Object
+	if s.run.Spec.JobName != "" {
+		for _, ref := range s.run.OwnerReferences {
+			if ref.Kind == "Job" {
+				job = &batchv1.Job{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+					ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: s.run.Namespace, UID: ref.UID}}
+			}
+		}
+	}
+	for _, e := range s.events {
+		r.recorder.Eventf(s.run, nil, e.typ, e.reason, "DeferRun", "%s", e.note)
+		if job != nil {
+			r.recorder.Eventf(job, s.run, e.typ, e.reason, "DeferRun", "%s: %s", s.run.Name, e.note)
+		}
+	}
+}
+
+func (r *RunReconciler) removeFinalizer(ctx context.Context, run *v1.DeferRun) error {
+	if !controllerutil.ContainsFinalizer(run, v1.DeferRunFinalizer) {
+		return nil
+	}
+	orig := run.DeepCopy()
+	controllerutil.RemoveFinalizer(run, v1.DeferRunFinalizer)
+	log.FromContext(ctx).Info("removing defer run finalizer")
+	return client.IgnoreNotFound(r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+}
+
+func skipOf(run *v1.DeferRun) (string, string) {
+	if run.Annotations[AnnotationRelease] == "true" {
+		return ReasonReleasedByHand, "released by hand before the run finished"
+	}
+	if run.Annotations[v1.AnnotationSkip] == "true" {
+		if run.Annotations[annotationSkipReason] == ReasonForceDeleted {
+			return ReasonForceDeleted, "the pod was deleted with grace period 0 before its containers ended"
+		}
+		return ReasonSkipped, fmt.Sprintf("annotation %s on the pod or Job", v1.AnnotationSkip)
+	}
+	return "", ""
+}
+
+func triggeredAt(run *v1.DeferRun, now time.Time) time.Time {
+	if s, ok := run.Annotations[annotationTriggeredAt]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return t
+		}
+	}
+	return now
+}
+
+func podTerminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}

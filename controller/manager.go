@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// ManagerOptions configure the manager that runs kdefer's controllers; the
+// kdefer-controller binary, the envtest suites and the benchmark all build
+// it with NewManager.
+type ManagerOptions struct {
+	Options
+	MetricsAddr             string // "0" disables
+	ProbeAddr               string // "0" disables
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// NewClient wraps the manager's client (tests count writes with it).
+	NewClient client.NewClientFunc
+}
+
+// LeaderElectionID is the Lease kdefer's replicas elect a leader with.
+const LeaderElectionID = "kdefer-controller.kdefer.io"
+
+// Scheme has client-go's types and kdefer's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// NewManager builds a manager with label-scoped caches, the field indexes
+// (registered before it starts) and kdefer's controllers.
+func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.Manager, error) {
+	opts := ctrl.Options{
+		Scheme:                        Scheme(),
+		Cache:                         CacheOptions(),
+		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsAddr},
+		HealthProbeBindAddress:        mo.ProbeAddr,
+		LeaderElection:                mo.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       mo.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptr.To(10 * time.Second),
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+		NewClient:                     mo.NewClient,
+	}
+	if opts.HealthProbeBindAddress == "0" {
+		opts.HealthProbeBindAddress = ""
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.HealthProbeBindAddress != "" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+			if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+				return fmt.Errorf("caches not synced")
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := SetupWithManager(ctx, mgr, mo.Options); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

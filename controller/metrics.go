@@ -1,0 +1,34 @@
+package controller
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics are kdefer's own Prometheus metrics, registered in
+// controller-runtime's registry next to its workqueue and client metrics.
+var Metrics = struct {
+	Runs       *prometheus.CounterVec
+	StageBytes prometheus.Counter
+	Reaction   prometheus.Histogram
+	Writes     *prometheus.CounterVec
+}{
+	Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kdefer_runs_total", Help: "Finished defer runs by trigger and result (Succeeded, Failed, Skipped).",
+	}, []string{"trigger", "result"}),
+	StageBytes: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kdefer_stage_out_bytes_total", Help: "Bytes uploaded by stage-out steps, from their summaries.",
+	}),
+	Reaction: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kdefer_reaction_seconds",
+		Help:    "Time from a managed pod seen ended to its defer pod created.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}),
+	Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kdefer_api_writes_total", Help: "API writes the controller made, by kind.",
+	}, []string{"kind"}),
+}
+
+func init() {
+	metrics.Registry.MustRegister(Metrics.Runs, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes)
+}

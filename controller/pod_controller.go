@@ -1,0 +1,296 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// annotationSkipReason says why a run is skipped when the controller, not a
+// person, asked for it (a forced deletion).
+const annotationSkipReason = "kdefer.io/skip-reason"
+
+// PodReconciler arms managed pods and records their trigger. Its key is the
+// pod's namespace/name, which is also its DeferRun's.
+type PodReconciler struct {
+	client client.Client
+	clock  clock.Clock
+}
+
+// NewPodReconciler returns the pod reconciler.
+func NewPodReconciler(c client.Client, clk clock.Clock) *PodReconciler {
+	return &PodReconciler{client: c, clock: clk}
+}
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=kdefer.io,resources=deferpolicies,verbs=get;list;watch
+
+// Reconcile gets the pod and hands it to reconcile.
+func (r *PodReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.client.Get(ctx, req.NamespacedName, pod); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if pod.Labels[v1.LabelManaged] != "true" {
+		return reconcile.Result{}, nil
+	}
+	res, err := r.reconcile(ctx, pod)
+	return quiet(ctx, res, err)
+}
+
+// podState is what one pass over a pod knows.
+type podState struct {
+	pod   *corev1.Pod
+	job   *batchv1.Job
+	run   *v1.DeferRun // nil until armed
+	pvcs  []*corev1.PersistentVolumeClaim
+	class Classification
+}
+
+func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	s := &podState{pod: pod}
+	s.job = r.jobOf(ctx, pod)
+	s.class = Classify(pod, s.job)
+
+	// Finalizer first, then act: a running pod without it (render not
+	// applied, or removed by hand) gets it back; a pod already done does not,
+	// since the finalizer is removed on purpose once its run finished.
+	if !s.class.Done && pod.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) {
+		return reconcile.Result{}, r.addPodFinalizer(ctx, pod)
+	}
+	if res, err, stop := r.loadRun(ctx, s); stop {
+		return res, err
+	}
+	if err := r.loadClaims(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	if s.run == nil {
+		if len(s.pvcs) == 0 {
+			if s.class.Done {
+				// Nothing was ever written to a work volume: let the pod go.
+				log.FromContext(ctx).V(1).Info("releasing pod without a work volume", "trigger", s.class.Trigger)
+				return reconcile.Result{}, r.releasePod(ctx, pod)
+			}
+			return reconcile.Result{}, nil // armed on the PVC's event
+		}
+		if err := r.arm(ctx, s); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if err := r.adopt(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.recordTrigger(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	if Finished(s.run) {
+		return reconcile.Result{}, r.releasePod(ctx, pod)
+	}
+	return reconcile.Result{}, nil
+}
+
+func (r *PodReconciler) jobOf(ctx context.Context, pod *corev1.Pod) *batchv1.Job {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "Job" {
+		return nil
+	}
+	job := &batchv1.Job{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, job); err != nil || job.UID != ref.UID {
+		return nil
+	}
+	return job
+}
+
+func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) error {
+	orig := pod.DeepCopy()
+	controllerutil.AddFinalizer(pod, v1.PodFinalizer)
+	log.FromContext(ctx).Info("adding pod finalizer")
+	return r.client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}
+
+// loadRun finds the pod's DeferRun. A run of the same name for another pod
+// (a bare pod re-created with its name) is removed once finished.
+func (r *PodReconciler) loadRun(ctx context.Context, s *podState) (reconcile.Result, error, bool) {
+	run := &v1.DeferRun{}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(s.pod), run)
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{}, nil, false
+	}
+	if err != nil {
+		return reconcile.Result{}, err, true
+	}
+	if run.Spec.PodUID != s.pod.UID {
+		if Finished(run) && run.DeletionTimestamp == nil {
+			log.FromContext(ctx).Info("deleting the finished run of an earlier pod of this name", "deferrun", run.Name, "podUID", run.Spec.PodUID)
+			return reconcile.Result{RequeueAfter: time.Second}, client.IgnoreNotFound(r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID})), true
+		}
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil, true
+	}
+	s.run = run
+	return reconcile.Result{}, nil, false
+}
+
+func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
+	for _, c := range WorkClaims(s.pod) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: s.pod.Namespace, Name: c.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !ownedBy(pvc.OwnerReferences, s.pod.UID) && (s.run == nil || !HasOwner(pvc.OwnerReferences, s.run)) {
+			continue // not this pod's claim (a stale PVC of an earlier pod of this name)
+		}
+		s.pvcs = append(s.pvcs, pvc)
+	}
+	return nil
+}
+
+// arm creates the pod's DeferRun with the effective policy. A pod already
+// done when first seen (the controller was down) is armed with its trigger
+// in the same write.
+func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
+	policyName := s.pod.Annotations[v1.AnnotationPolicy]
+	var spec *v1.DeferPolicySpec
+	configErr := ""
+	if policyName != "" {
+		pol := &v1.DeferPolicy{}
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: s.pod.Namespace, Name: policyName}, pol)
+		switch {
+		case apierrors.IsNotFound(err):
+			configErr = policyNotFound(s.pod.Namespace, policyName)
+		case err != nil:
+			return err
+		default:
+			spec = &pol.Spec
+		}
+	}
+	eff, err := EffectivePolicy(spec, s.pod.Annotations)
+	if err != nil && configErr == "" {
+		configErr = err.Error()
+	}
+	run := BuildRun(s.pod, policyName, eff, configErr)
+	if s.class.Done {
+		applyTrigger(run, s, r.clock.Now())
+	}
+	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", policyName, "trigger", run.Spec.Trigger)
+	if err := r.client.Create(ctx, run); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return errRequeue // the cache had not seen it yet
+		}
+		return err
+	}
+	s.run = run
+	return nil
+}
+
+// adopt makes the run a second owner of every work PVC; see AdoptedOwners.
+func (r *PodReconciler) adopt(ctx context.Context, s *podState) error {
+	for _, pvc := range s.pvcs {
+		owners, changed := AdoptedOwners(pvc, s.run, s.pod.DeletionTimestamp != nil)
+		if !changed {
+			continue
+		}
+		orig := pvc.DeepCopy()
+		pvc.OwnerReferences = owners
+		log.FromContext(ctx).Info("adopting work volume", "pvc", pvc.Name, "podDeleting", s.pod.DeletionTimestamp != nil)
+		if err := r.client.Patch(ctx, pvc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		Metrics.Writes.WithLabelValues("adopt").Inc()
+	}
+	return nil
+}
+
+// recordTrigger writes the trigger into the run once the pod is done, and a
+// skip asked for on the pod or its Job while the run has not finished.
+func (r *PodReconciler) recordTrigger(ctx context.Context, s *podState) error {
+	run := s.run
+	orig := run.DeepCopy()
+	if s.class.Done && run.Spec.Trigger == "" {
+		applyTrigger(run, s, r.clock.Now())
+	}
+	if skipRequested(s.pod, s.job) && !Finished(run) && run.Annotations[v1.AnnotationSkip] != "true" {
+		setAnnotation(run, v1.AnnotationSkip, "true")
+	}
+	if equalRun(orig, run) {
+		return nil
+	}
+	log.FromContext(ctx).Info("recording trigger", "trigger", run.Spec.Trigger, "skip", run.Annotations[v1.AnnotationSkip])
+	return r.client.Update(ctx, run)
+}
+
+func applyTrigger(run *v1.DeferRun, s *podState, now time.Time) {
+	run.Spec.Trigger = s.class.Trigger
+	run.Spec.ExitCodes = s.class.ExitCodes
+	if run.Spec.NodeName == "" {
+		run.Spec.NodeName = s.pod.Spec.NodeName
+	}
+	setAnnotation(run, annotationTriggeredAt, now.UTC().Format(time.RFC3339Nano))
+	if s.class.Skip {
+		setAnnotation(run, v1.AnnotationSkip, "true")
+		setAnnotation(run, annotationSkipReason, ReasonForceDeleted)
+	}
+	if skipRequested(s.pod, s.job) {
+		setAnnotation(run, v1.AnnotationSkip, "true")
+	}
+}
+
+// releasePod removes kdefer's finalizer from the pod.
+func (r *PodReconciler) releasePod(ctx context.Context, pod *corev1.Pod) error {
+	if !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) {
+		return nil
+	}
+	orig := pod.DeepCopy()
+	controllerutil.RemoveFinalizer(pod, v1.PodFinalizer)
+	log.FromContext(ctx).Info("removing pod finalizer")
+	if err := r.client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	Metrics.Writes.WithLabelValues("release-pod").Inc()
+	return nil
+}
+
+func skipRequested(pod *corev1.Pod, job *batchv1.Job) bool {
+	return pod.Annotations[v1.AnnotationSkip] == "true" || (job != nil && job.Annotations[v1.AnnotationSkip] == "true")
+}
+
+func setAnnotation(obj metav1.Object, k, v string) {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[k] = v
+	obj.SetAnnotations(a)
+}
+
+func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+	for _, r := range refs {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+func policyNotFound(ns, name string) string {
+	return fmt.Sprintf("DeferPolicy %s/%s named by annotation %s does not exist: create it, or fix the annotation on the Job", ns, name, v1.AnnotationPolicy)
+}

@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"context"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// Field indexes on DeferRuns.
+const (
+	IndexRunJob    = "spec.jobName"
+	IndexRunPolicy = "spec.policyName"
+)
+
+// Options configure the controllers.
+type Options struct {
+	DeferPod DeferPodOptions
+	// Clock for everything timed (a fake one in tests).
+	Clock clock.Clock
+	// Workers per controller.
+	Workers int
+}
+
+// CacheOptions scope the manager's caches to kdefer's objects, so unmanaged
+// pods, PVCs and Jobs cost nothing, and strip managedFields (and the node
+// status fields kdefer never reads) from what is cached.
+func CacheOptions() cache.Options {
+	exists := func(key string) labels.Selector {
+		req, err := labels.NewRequirement(key, selection.Exists, nil)
+		if err != nil {
+			panic(err)
+		}
+		return labels.NewSelector().Add(*req)
+	}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                   {Label: exists(v1.LabelManaged)},
+			&corev1.PersistentVolumeClaim{}: {Label: exists(v1.LabelWorkVolume)},
+			&batchv1.Job{}:                  {Label: labels.SelectorFromSet(labels.Set{v1.LabelEnabled: "true"})},
+			&policyv1.PodDisruptionBudget{}: {Label: exists(v1.LabelDeferRun)},
+			&corev1.Node{}:                  {Transform: stripNode},
+		},
+	}
+}
+
+// stripNode keeps what JudgeNode reads: the Ready condition.
+func stripNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Status.Images = nil
+	n.Status.VolumesAttached = nil
+	n.Status.VolumesInUse = nil
+	n.Annotations = nil
+	return n, nil
+}
+
+var _ toolscache.TransformFunc = stripNode
+
+// SetupIndexes registers the field indexes; call it before the manager
+// starts.
+func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &v1.DeferRun{}, IndexRunJob, func(o client.Object) []string {
+		if j := o.(*v1.DeferRun).Spec.JobName; j != "" {
+			return []string{j}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &v1.DeferRun{}, IndexRunPolicy, func(o client.Object) []string {
+		if p := o.(*v1.DeferRun).Spec.PolicyName; p != "" {
+			return []string{p}
+		}
+		return nil
+	})
+}
+
+// SetupWithManager registers the indexes and both controllers.
+func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	managed := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[v1.LabelManaged] == "true" })
+	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+	})
+	c := mgr.GetClient()
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("kdefer-pod").
+		For(&corev1.Pod{}, builder.WithPredicates(managed)).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(pvcToPod)).
+		Watches(&v1.DeferRun{}, sameName).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToRuns(c))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
+		Complete(NewPodReconciler(c, opts.Clock)); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("kdefer-deferrun").
+		For(&v1.DeferRun{}).
+		Owns(&corev1.Pod{}).
+		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
+		Complete(NewRunReconciler(c, mgr.GetAPIReader(), mgr.GetEventRecorder("kdefer-controller"), opts.Clock, opts.DeferPod))
+}
+
+// pvcToPod maps a work PVC to its pod (the ephemeral-volume controller makes
+// the pod its controller) and to the run that co-owns it: same key.
+func pvcToPod(_ context.Context, o client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	for _, ref := range o.GetOwnerReferences() {
+		if (ref.Kind == "Pod" && ref.APIVersion == "v1") || (ref.Kind == "DeferRun" && ref.APIVersion == v1.GroupVersion.String()) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}})
+		}
+	}
+	return out
+}
+
+func jobToRuns(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list v1.DeferRunList
+		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexRunJob: o.GetName()}); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+		return out
+	}
+}
+
+func policyToRuns(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list v1.DeferRunList
+		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexRunPolicy: o.GetName()}); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for i := range list.Items {
+			if _, waiting := list.Items[i].Annotations[annotationConfigError]; waiting {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			}
+		}
+		return out
+	}
+}
