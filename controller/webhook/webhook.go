@@ -1,0 +1,218 @@
+// Package webhook serves kdefer's admission webhooks: a mutating webhook that
+// renders opted-in batch/v1 Jobs (see package render), a validating webhook
+// that re-checks that an admitted Job is rendered (another mutating webhook
+// may have run after kdefer's), and a validating webhook for DeferPolicies.
+// The manager registers them with SetupWithManager.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
+)
+
+// Paths the webhooks are served at; deploy/webhook/webhooks.yaml uses them.
+const (
+	MutateJobPath      = "/mutate-batch-v1-job"
+	ValidateJobPath    = "/validate-batch-v1-job"
+	ValidatePolicyPath = "/validate-kdefer-io-v1alpha1-deferpolicy"
+)
+
+// Options configure the webhooks.
+type Options struct {
+	// Render are render's settings (stage image, pull policy); the
+	// controller's defer pods should use the same stage image.
+	Render render.Options
+	// Reader reads DeferPolicies; default: the manager's API reader (no
+	// cache, so a policy created just before its Job is seen).
+	Reader client.Reader
+}
+
+// +kubebuilder:rbac:groups=kdefer.io,resources=deferpolicies,verbs=get;list;watch
+
+// SetupWithManager registers the webhooks on the manager's webhook server.
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	h := NewHandlers(opts, mgr.GetAPIReader())
+	srv := mgr.GetWebhookServer()
+	srv.Register(MutateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutateJob)})
+	srv.Register(ValidateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateJob)})
+	srv.Register(ValidatePolicyPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidatePolicy)})
+	return nil
+}
+
+// Handlers are the webhooks' admission handlers.
+type Handlers struct {
+	opts   Options
+	reader client.Reader
+}
+
+// NewHandlers returns the handlers; reader is used when opts.Reader is nil.
+func NewHandlers(opts Options, reader client.Reader) *Handlers {
+	if opts.Reader != nil {
+		reader = opts.Reader
+	}
+	return &Handlers{opts: opts, reader: reader}
+}
+
+// jobUnderReview decodes the Job and says whether the request needs
+// checking: creations, and updates that change the pod template (kdefer
+// never blocks metadata or status updates, nor deletions).
+func jobUnderReview(req admission.Request) (*batchv1.Job, bool, error) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return nil, false, nil
+	}
+	job := &batchv1.Job{}
+	if err := json.Unmarshal(req.Object.Raw, job); err != nil {
+		return nil, false, err
+	}
+	if job.Namespace == "" {
+		job.Namespace = req.Namespace
+	}
+	if job.Labels[v1.LabelEnabled] != "true" || job.DeletionTimestamp != nil {
+		return job, false, nil
+	}
+	if req.Operation == admissionv1.Update {
+		old := &batchv1.Job{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return nil, false, err
+		}
+		// The template of a running Job is immutable: annotation changes on
+		// the Job (kdefer.io/skip, summaries) must pass untouched.
+		if equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
+			return job, false, nil
+		}
+	}
+	return job, true, nil
+}
+
+// policyFor fetches the DeferPolicy a Job names, or returns a denial.
+func (h *Handlers) policyFor(ctx context.Context, job *batchv1.Job) (*v1.DeferPolicySpec, *admission.Response) {
+	name := job.Annotations[v1.AnnotationPolicy]
+	if name == "" {
+		name = job.Spec.Template.Annotations[v1.AnnotationPolicy]
+	}
+	if name == "" {
+		return nil, nil
+	}
+	var p v1.DeferPolicy
+	err := h.reader.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &p)
+	switch {
+	case apierrors.IsNotFound(err):
+		r := admission.Denied(fmt.Sprintf("annotation %s: DeferPolicy %q does not exist in namespace %q; fix: create it first (kubectl apply -f policy.yaml), or correct the annotation",
+			v1.AnnotationPolicy, name, job.Namespace))
+		return nil, &r
+	case err != nil:
+		r := admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading DeferPolicy %s/%s: %w", job.Namespace, name, err))
+		return nil, &r
+	}
+	return &p.Spec, nil
+}
+
+func denial(intro string, err error) admission.Response {
+	problems := render.Problems(err)
+	return admission.Denied(intro + ":\n- " + strings.Join(problems, "\n- "))
+}
+
+// MutateJob renders an opted-in Job.
+func (h *Handlers) MutateJob(ctx context.Context, req admission.Request) admission.Response {
+	log := logf.FromContext(ctx).WithValues("job", req.Namespace+"/"+jobName(req))
+	job, review, err := jobUnderReview(req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if !review {
+		return admission.Allowed("")
+	}
+	pol, deny := h.policyFor(ctx, job)
+	if deny != nil {
+		return *deny
+	}
+	rendered, err := render.Job(job, pol, h.opts.Render)
+	if err != nil {
+		log.V(1).Info("refused job", "problems", render.Problems(err))
+		return denial("kdefer cannot manage this Job", err)
+	}
+	raw, err := json.Marshal(rendered)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	log.V(1).Info("rendered job", "operation", req.Operation)
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(render.Warnings(job)...)
+}
+
+// ValidateJob admits an opted-in Job only in its rendered form.
+func (h *Handlers) ValidateJob(ctx context.Context, req admission.Request) admission.Response {
+	job, review, err := jobUnderReview(req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if !review {
+		return admission.Allowed("")
+	}
+	pol, deny := h.policyFor(ctx, job)
+	if deny != nil {
+		return *deny
+	}
+	if _, err := render.Job(job, pol, h.opts.Render); err != nil {
+		return denial("kdefer cannot manage this Job", err)
+	}
+	if ok, why := render.IsRendered(job, pol, h.opts.Render); !ok {
+		logf.FromContext(ctx).Info("refused unrendered job", "job", req.Namespace+"/"+jobName(req), "reason", why)
+		return admission.Denied(fmt.Sprintf("the Job carries label %s=true but is not rendered by kdefer: %s; fix: make sure kdefer's mutating webhook runs for it (and that no later webhook undoes its changes), or render it with `kdefer render -f job.yaml`", v1.LabelEnabled, why))
+	}
+	return admission.Allowed("")
+}
+
+// ValidatePolicy checks a DeferPolicy with the same rules render applies to
+// effective policies, beyond what the CRD's schema checks.
+func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	p := &v1.DeferPolicy{}
+	if err := json.Unmarshal(req.Object.Raw, p); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if errs := v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return admission.Denied(fmt.Sprintf("DeferPolicy %s is invalid:\n- %s", p.Name, strings.Join(msgs, "\n- ")))
+	}
+	var warnings []string
+	if so := p.Spec.StageOut; so != nil && !strings.Contains(so.URL, "{pod}") && !strings.Contains(so.URL, "{index}") && !strings.Contains(so.URL, "{uid}") {
+		warnings = append(warnings, fmt.Sprintf("spec.stageOut.url %q has no {pod}, {index} or {uid}: pods using this policy upload to the same prefix unless their Jobs set %s", so.URL, v1.AnnotationStageOut))
+	}
+	return admission.Allowed("").WithWarnings(warnings...)
+}
+
+func jobName(req admission.Request) string {
+	if req.Name != "" {
+		return req.Name
+	}
+	var m struct {
+		Metadata struct{ Name, GenerateName string } `json:"metadata"`
+	}
+	_ = json.Unmarshal(req.Object.Raw, &m)
+	if m.Metadata.Name != "" {
+		return m.Metadata.Name
+	}
+	return m.Metadata.GenerateName + "*"
+}

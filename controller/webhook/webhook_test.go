@@ -1,0 +1,160 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
+	rt "github.com/kdefer/kdefer/render/testing"
+)
+
+var opts = Options{Render: render.Options{StageImage: "img:test"}}
+
+func handlers(t *testing.T, objs ...*v1.DeferPolicy) *Handlers {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1.AddToScheme(s)
+	b := fake.NewClientBuilder().WithScheme(s)
+	for _, o := range objs {
+		b = b.WithObjects(o)
+	}
+	return NewHandlers(opts, b.Build())
+}
+
+func request(t *testing.T, op admissionv1.Operation, obj, old any) admission.Request {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: op, Namespace: "ns", Object: runtime.RawExtension{Raw: raw}}}
+	if old != nil {
+		req.OldObject.Raw, _ = json.Marshal(old)
+	}
+	return req
+}
+
+func applyPatch(t *testing.T, req admission.Request, resp admission.Response) *batchv1.Job {
+	t.Helper()
+	ops, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jsonpatch.DecodePatch(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Apply(req.Object.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &batchv1.Job{}
+	if err := json.Unmarshal(out, j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestMutateJob(t *testing.T) {
+	policy := rt.MakePolicy("team", "ns", "s3://team/{pod}/").Credentials("creds").Obj()
+	cases := []struct {
+		name     string
+		job      *batchv1.Job
+		wantDeny string
+	}{
+		{name: "annotations only", job: rt.MakeJob("j", "ns").StageOut("s3://b/{pod}/").Obj()},
+		{name: "with policy", job: rt.MakeJob("j", "ns").Annotation(v1.AnnotationPolicy, "team").Obj()},
+		{name: "missing policy", job: rt.MakeJob("j", "ns").Annotation(v1.AnnotationPolicy, "nope").Obj(),
+			wantDeny: `annotation kdefer.io/policy: DeferPolicy "nope" does not exist in namespace "ns"; fix: create it first`},
+		{name: "bad annotation", job: rt.MakeJob("j", "ns").StageOut("s3://b/{pod}/").Annotation(v1.AnnotationDeadline, "soon").Obj(),
+			wantDeny: "kdefer cannot manage this Job:\n- annotation kdefer.io/deadline: \"soon\" is not a positive duration; fix: use a Go duration such as 30m or 2h"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := handlers(t, policy)
+			req := request(t, admissionv1.Create, tc.job, nil)
+			resp := h.MutateJob(context.Background(), req)
+			if tc.wantDeny != "" {
+				if resp.Allowed || !strings.Contains(resp.Result.Message, tc.wantDeny) {
+					t.Fatalf("allowed=%v message=%q, want denial containing %q", resp.Allowed, resp.Result.Message, tc.wantDeny)
+				}
+				return
+			}
+			if !resp.Allowed {
+				t.Fatalf("denied: %s", resp.Result.Message)
+			}
+			got := applyPatch(t, req, resp)
+			var pol *v1.DeferPolicySpec
+			if tc.job.Annotations[v1.AnnotationPolicy] != "" {
+				pol = &policy.Spec
+			}
+			want, err := render.Job(tc.job, pol, opts.Render)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("patched Job differs from render.Job (-want +got):\n%s", diff)
+			}
+			// The validating webhook admits what the mutating one produced.
+			if v := h.ValidateJob(context.Background(), request(t, admissionv1.Create, got, nil)); !v.Allowed {
+				t.Errorf("ValidateJob denied the rendered Job: %s", v.Result.Message)
+			}
+		})
+	}
+}
+
+func TestValidateJob(t *testing.T) {
+	h := handlers(t)
+	raw := rt.MakeJob("j", "ns").StageOut("s3://b/{pod}/").Obj()
+	rendered, err := render.Job(raw, nil, opts.Render)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := h.ValidateJob(context.Background(), request(t, admissionv1.Create, raw, nil))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "is not rendered by kdefer") || !strings.Contains(resp.Result.Message, "fix:") {
+		t.Errorf("unrendered Job: allowed=%v %q", resp.Allowed, resp.Result.Message)
+	}
+	// Annotation-only update of a running Job (e.g. kdefer skip) passes.
+	skipped := rendered.DeepCopy()
+	skipped.Annotations[v1.AnnotationSkip] = "true"
+	if resp := h.ValidateJob(context.Background(), request(t, admissionv1.Update, skipped, rendered)); !resp.Allowed {
+		t.Errorf("annotation update denied: %s", resp.Result.Message)
+	}
+	if resp := h.MutateJob(context.Background(), request(t, admissionv1.Update, skipped, rendered)); !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("annotation update mutated: %+v", resp)
+	}
+	// Jobs without the label are not kdefer's.
+	other := rt.MakeJob("j", "ns").NoLabel(v1.LabelEnabled).Obj()
+	if resp := h.ValidateJob(context.Background(), request(t, admissionv1.Create, other, nil)); !resp.Allowed {
+		t.Errorf("unlabelled Job denied: %s", resp.Result.Message)
+	}
+}
+
+func TestValidatePolicy(t *testing.T) {
+	h := handlers(t)
+	good := rt.MakePolicy("p", "ns", "s3://b/{pod}/").Obj()
+	if resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, good, nil)); !resp.Allowed || len(resp.Warnings) != 0 {
+		t.Errorf("good policy: %+v", resp)
+	}
+	shared := rt.MakePolicy("p", "ns", "s3://b/shared/").Obj()
+	if resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, shared, nil)); !resp.Allowed || len(resp.Warnings) != 1 {
+		t.Errorf("shared prefix: want one warning: %+v", resp)
+	}
+	bad := rt.MakePolicy("p", "ns", "s3://b/{pod}/").TriggerRule(v1.TriggerRule{Triggers: []v1.Trigger{v1.TriggerFailed}, DeferContainers: []string{"notify"}}).Obj()
+	resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, bad, nil))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, `spec.triggerRules[0].deferContainers[0]: Invalid value: "notify": names no entry of spec.deferContainers`) {
+		t.Errorf("bad policy: allowed=%v %q", resp.Allowed, resp.Result.Message)
+	}
+}
