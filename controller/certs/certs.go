@@ -1,0 +1,460 @@
+// Package certs keeps the webhook server's TLS material without cert-manager:
+// a self-signed CA and a serving certificate for the webhook Service, stored
+// in a Secret (shared by every replica), written to the webhook server's
+// certificate directory (which it watches and reloads), and the CA bundle
+// patched into kdefer's webhook configurations. Certificates are rotated
+// well before they expire; while a CA is replaced, the bundle holds the old
+// and the new CA so no request fails during the switch.
+package certs
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Secret keys.
+const (
+	CACertKey  = "ca.crt" // every CA the bundle trusts, current first
+	CAKeyKey   = "ca.key"
+	CertKey    = corev1.TLSCertKey
+	PrivKeyKey = corev1.TLSPrivateKeyKey
+)
+
+// Options configure the certificates. Zero values take the defaults.
+type Options struct {
+	// Namespace of the Secret and the webhook Service (default kdefer-system).
+	Namespace string
+	// SecretName holds the CA and serving certificate (default kdefer-webhook-cert).
+	SecretName string
+	// ServiceName of the webhook Service (default kdefer-webhook).
+	ServiceName string
+	// DNSNames added to the Service's names (e.g. for a webhook reached by
+	// URL on a local cluster); IPs may be given as well.
+	DNSNames []string
+	// CertDir is the webhook server's certificate directory (default
+	// the controller-runtime default, $TMPDIR/k8s-webhook-server/serving-certs).
+	CertDir string
+	// MutatingWebhooks and ValidatingWebhooks are the names of the webhook
+	// configurations whose caBundle is kept current (default "kdefer").
+	MutatingWebhooks   []string
+	ValidatingWebhooks []string
+	// CAValidity and CertValidity (default 10 years and 1 year). A
+	// certificate is renewed when less than a third of its validity is left.
+	CAValidity, CertValidity time.Duration
+	// CheckInterval between checks of the Secret, files and bundles (default 10m).
+	CheckInterval time.Duration
+	// Clock (tests).
+	Clock clock.WithTicker
+}
+
+// AddFlags registers the options as command-line flags.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Namespace, "webhook-cert-namespace", "kdefer-system", "namespace of the webhook Service and certificate Secret")
+	fs.StringVar(&o.SecretName, "webhook-cert-secret", "kdefer-webhook-cert", "Secret holding the webhook CA and serving certificate")
+	fs.StringVar(&o.ServiceName, "webhook-service", "kdefer-webhook", "name of the webhook Service")
+	fs.Func("webhook-cert-dns-name", "extra DNS name or IP of the serving certificate (repeatable)", func(s string) error {
+		o.DNSNames = append(o.DNSNames, s)
+		return nil
+	})
+}
+
+func (o Options) withDefaults() Options {
+	if o.Namespace == "" {
+		o.Namespace = "kdefer-system"
+	}
+	if o.SecretName == "" {
+		o.SecretName = "kdefer-webhook-cert"
+	}
+	if o.ServiceName == "" {
+		o.ServiceName = "kdefer-webhook"
+	}
+	if o.CertDir == "" {
+		o.CertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
+	if o.MutatingWebhooks == nil {
+		o.MutatingWebhooks = []string{"kdefer"}
+	}
+	if o.ValidatingWebhooks == nil {
+		o.ValidatingWebhooks = []string{"kdefer"}
+	}
+	if o.CAValidity == 0 {
+		o.CAValidity = 10 * 365 * 24 * time.Hour
+	}
+	if o.CertValidity == 0 {
+		o.CertValidity = 365 * 24 * time.Hour
+	}
+	if o.CheckInterval == 0 {
+		o.CheckInterval = 10 * time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o
+}
+
+// DNSNamesFor returns the names the serving certificate is valid for.
+func (o Options) dnsNames() []string {
+	s, ns := o.ServiceName, o.Namespace
+	names := []string{s, s + "." + ns, s + "." + ns + ".svc", s + "." + ns + ".svc.cluster.local"}
+	return append(names, o.DNSNames...)
+}
+
+// +kubebuilder:rbac:groups="",namespace=kdefer-system,resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;update
+
+// Rotator keeps the certificates current. It runs on every replica (no
+// leader election): each writes its own certificate directory.
+type Rotator struct {
+	c    client.Client
+	opts Options
+	log  logr.Logger
+}
+
+// New returns a Rotator. c must read without a cache (its first Ensure runs
+// before the manager's caches start).
+func New(c client.Client, opts Options, log logr.Logger) *Rotator {
+	return &Rotator{c: c, opts: opts.withDefaults(), log: log}
+}
+
+// Setup ensures the certificates once, synchronously (so the webhook server
+// finds them when the manager starts it), and adds a Rotator to the manager
+// that keeps them current. The webhook server must use opts.CertDir.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return err
+	}
+	r := New(c, opts, mgr.GetLogger().WithName("certs"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.Ensure(ctx); err != nil {
+		return fmt.Errorf("setting up webhook certificates: %w", err)
+	}
+	return mgr.Add(r)
+}
+
+// NeedLeaderElection is false: every replica needs the files.
+func (r *Rotator) NeedLeaderElection() bool { return false }
+
+// Start checks periodically until ctx ends.
+func (r *Rotator) Start(ctx context.Context) error {
+	t := r.opts.Clock.NewTicker(r.opts.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			if err := r.Ensure(ctx); err != nil {
+				r.log.Error(err, "failed to refresh webhook certificates")
+			}
+		}
+	}
+}
+
+// Ensure brings the Secret, the certificate files and the CA bundles up to
+// date.
+func (r *Rotator) Ensure(ctx context.Context) error {
+	var data map[string][]byte
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error {
+		var err error
+		data, err = r.ensureSecret(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.writeFiles(data); err != nil {
+		return err
+	}
+	return r.patchBundles(ctx, data[CACertKey])
+}
+
+func (r *Rotator) ensureSecret(ctx context.Context) (map[string][]byte, error) {
+	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.SecretName}
+	sec := &corev1.Secret{}
+	err := r.c.Get(ctx, key, sec)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	data, changed, err := Renew(sec.Data, r.opts.dnsNames(), r.opts.Clock.Now(), r.opts.CAValidity, r.opts.CertValidity)
+	if err != nil {
+		return nil, err
+	}
+	if !changed {
+		return data, nil
+	}
+	sec.Data = data
+	sec.Type = corev1.SecretTypeOpaque
+	if exists {
+		r.log.Info("renewed webhook certificates", "secret", key.String())
+		return data, r.c.Update(ctx, sec)
+	}
+	sec.ObjectMeta = metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{"app.kubernetes.io/name": "kdefer", "app.kubernetes.io/component": "webhook-cert"}}
+	r.log.Info("created webhook certificates", "secret", key.String())
+	return data, r.c.Create(ctx, sec)
+}
+
+func (r *Rotator) writeFiles(data map[string][]byte) error {
+	if err := os.MkdirAll(r.opts.CertDir, 0o700); err != nil {
+		return err
+	}
+	// Key first: the server reloads when the certificate changes.
+	for _, k := range []string{PrivKeyKey, CertKey} {
+		p := filepath.Join(r.opts.CertDir, k)
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data[k]) {
+			continue
+		}
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, data[k], 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Rotator) patchBundles(ctx context.Context, bundle []byte) error {
+	var errs []error
+	for _, name := range r.opts.MutatingWebhooks {
+		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			wc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := r.c.Get(ctx, client.ObjectKey{Name: name}, wc); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			changed := false
+			for i := range wc.Webhooks {
+				if !bytes.Equal(wc.Webhooks[i].ClientConfig.CABundle, bundle) {
+					wc.Webhooks[i].ClientConfig.CABundle = bundle
+					changed = true
+				}
+			}
+			if !changed {
+				return nil
+			}
+			r.log.Info("patched ca bundle", "mutatingwebhookconfiguration", name)
+			return r.c.Update(ctx, wc)
+		}))
+	}
+	for _, name := range r.opts.ValidatingWebhooks {
+		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			wc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := r.c.Get(ctx, client.ObjectKey{Name: name}, wc); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			changed := false
+			for i := range wc.Webhooks {
+				if !bytes.Equal(wc.Webhooks[i].ClientConfig.CABundle, bundle) {
+					wc.Webhooks[i].ClientConfig.CABundle = bundle
+					changed = true
+				}
+			}
+			if !changed {
+				return nil
+			}
+			r.log.Info("patched ca bundle", "validatingwebhookconfiguration", name)
+			return r.c.Update(ctx, wc)
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+// Renew returns the Secret data with a CA and serving certificate valid at
+// now for dnsNames, reusing what is still good (more than a third of its
+// validity left, same names, signed by the current CA). changed reports
+// whether anything was replaced.
+func Renew(data map[string][]byte, dnsNames []string, now time.Time, caValidity, certValidity time.Duration) (map[string][]byte, bool, error) {
+	out := map[string][]byte{}
+	for k, v := range data {
+		out[k] = v
+	}
+	changed := false
+	cas := parseCerts(out[CACertKey])
+	caKey := parseKey(out[CAKeyKey])
+	var ca *x509.Certificate
+	if len(cas) > 0 && caKey != nil && fresh(cas[0], now) && keyMatches(cas[0], caKey) {
+		ca = cas[0]
+	} else {
+		var err error
+		ca, caKey, err = newCA(now, caValidity)
+		if err != nil {
+			return nil, false, err
+		}
+		// Keep trusting previous CAs that are still valid, so servers with
+		// the old certificate are trusted until they reload.
+		bundle := pemCert(ca.Raw)
+		for _, old := range cas {
+			if now.Before(old.NotAfter) {
+				bundle = append(bundle, pemCert(old.Raw)...)
+			}
+		}
+		keyDER, err := x509.MarshalECPrivateKey(caKey)
+		if err != nil {
+			return nil, false, err
+		}
+		out[CACertKey], out[CAKeyKey] = bundle, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+		changed = true
+	}
+	certs := parseCerts(out[CertKey])
+	key := parseKey(out[PrivKeyKey])
+	ok := len(certs) > 0 && key != nil && fresh(certs[0], now) && keyMatches(certs[0], key) &&
+		certs[0].CheckSignatureFrom(ca) == nil && sameNames(certs[0], dnsNames)
+	if !ok {
+		certPEM, keyPEM, err := newServingCert(ca, caKey, dnsNames, now, certValidity)
+		if err != nil {
+			return nil, false, err
+		}
+		out[CertKey], out[PrivKeyKey] = certPEM, keyPEM
+		changed = true
+	}
+	return out, changed, nil
+}
+
+// fresh: valid now with more than a third of its validity left.
+func fresh(c *x509.Certificate, now time.Time) bool {
+	life := c.NotAfter.Sub(c.NotBefore)
+	return !now.Before(c.NotBefore) && now.Before(c.NotAfter.Add(-life/3))
+}
+
+func keyMatches(c *x509.Certificate, k *ecdsa.PrivateKey) bool {
+	pub, ok := c.PublicKey.(*ecdsa.PublicKey)
+	return ok && pub.Equal(&k.PublicKey)
+}
+
+func sameNames(c *x509.Certificate, names []string) bool {
+	var have []string
+	have = append(have, c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		have = append(have, ip.String())
+	}
+	want := slices.Clone(names)
+	slices.Sort(have)
+	slices.Sort(want)
+	return slices.Equal(slices.Compact(have), slices.Compact(want))
+}
+
+func parseCerts(b []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(blk.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+}
+
+func parseKey(b []byte) *ecdsa.PrivateKey {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil
+	}
+	k, err := x509.ParseECPrivateKey(blk.Bytes)
+	if err != nil {
+		return nil
+	}
+	return k
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func serial() (*big.Int, error) { return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126)) }
+
+func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	sn, err := serial()
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          sn,
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("kdefer-webhook-ca@%d", now.Unix())},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := x509.ParseCertificate(der)
+	return c, key, err
+}
+
+func newServingCert(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, now time.Time, validity time.Duration) ([]byte, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	sn, err := serial()
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: sn,
+		Subject:      pkix.Name{CommonName: names[0]},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, n := range names {
+		if ip := parseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	if ca.NotAfter.Before(tmpl.NotAfter) {
+		tmpl.NotAfter = ca.NotAfter
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pemCert(der), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
