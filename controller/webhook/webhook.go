@@ -8,8 +8,11 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -24,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/certs"
 	"github.com/kdefer/kdefer/render"
 )
 
@@ -34,8 +38,28 @@ const (
 	ValidatePolicyPath = "/validate-kdefer-io-v1alpha1-deferpolicy"
 )
 
-// Options configure the webhooks.
+// Certificate modes.
+const (
+	// CertModeSelfSigned: kdefer generates and rotates its own CA and
+	// serving certificate (package certs).
+	CertModeSelfSigned = "self-signed"
+	// CertModeExternal: another party (cert-manager) writes the files into
+	// CertDir and injects the CA bundle.
+	CertModeExternal = "external"
+)
+
+// Options configure the webhooks and their server.
 type Options struct {
+	// Disabled turns the webhooks off (render with `kdefer render` then).
+	Disabled bool
+	// Port the webhook server listens on (default 9443).
+	Port int
+	// CertDir holds tls.crt and tls.key (default the certs package's).
+	CertDir string
+	// CertMode is CertModeSelfSigned (default) or CertModeExternal.
+	CertMode string
+	// Certs configure self-signed certificates.
+	Certs certs.Options
 	// Render are render's settings (stage image, pull policy); the
 	// controller's defer pods should use the same stage image.
 	Render render.Options
@@ -44,16 +68,64 @@ type Options struct {
 	Reader client.Reader
 }
 
+// AddFlags registers the options as flags (the stage image is set by the
+// caller from its own --stage-image flag).
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.Disabled, "disable-webhooks", false, "do not serve the admission webhooks")
+	fs.IntVar(&o.Port, "webhook-port", 9443, "port of the admission webhook server")
+	fs.StringVar(&o.CertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
+	fs.StringVar(&o.CertMode, "webhook-cert-mode", CertModeSelfSigned, "self-signed (kdefer manages a CA, the serving certificate and the caBundles) or external (e.g. cert-manager)")
+	o.Certs.AddFlags(fs)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Port == 0 {
+		o.Port = 9443
+	}
+	if o.CertMode == "" {
+		o.CertMode = CertModeSelfSigned
+	}
+	if o.CertDir == "" {
+		o.CertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
+	o.Certs.CertDir = o.CertDir
+	return o
+}
+
+// NewServer returns the webhook server to put in ctrl.Options.WebhookServer.
+func NewServer(opts Options) webhook.Server {
+	opts = opts.withDefaults()
+	return webhook.NewServer(webhook.Options{Port: opts.Port, CertDir: opts.CertDir})
+}
+
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferpolicies,verbs=get;list;watch
 
-// SetupWithManager registers the webhooks on the manager's webhook server.
+// SetupWithManager sets up the certificates (in self-signed mode) and
+// registers the webhooks on the manager's webhook server, which must have
+// been made by NewServer with the same options.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
-	h := NewHandlers(opts, mgr.GetAPIReader())
-	srv := mgr.GetWebhookServer()
+	if opts.Disabled {
+		return nil
+	}
+	opts = opts.withDefaults()
+	switch opts.CertMode {
+	case CertModeSelfSigned:
+		if err := certs.Setup(mgr, opts.Certs); err != nil {
+			return err
+		}
+	case CertModeExternal:
+	default:
+		return fmt.Errorf("webhook certificate mode %q: want %s or %s", opts.CertMode, CertModeSelfSigned, CertModeExternal)
+	}
+	Register(mgr.GetWebhookServer(), NewHandlers(opts, mgr.GetAPIReader()))
+	return mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker())
+}
+
+// Register adds the handlers to a webhook server (tests use it directly).
+func Register(srv webhook.Server, h *Handlers) {
 	srv.Register(MutateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutateJob)})
 	srv.Register(ValidateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateJob)})
 	srv.Register(ValidatePolicyPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidatePolicy)})
-	return nil
 }
 
 // Handlers are the webhooks' admission handlers.
