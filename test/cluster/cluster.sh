@@ -204,7 +204,7 @@ launch() {
 	local name=$1; shift
 	echo "=== $(date -Is) start: $*" >>"$LOGS/$name.log"
 	env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u no_proxy -u NO_PROXY -u ALL_PROXY -u all_proxy \
-		${LAUNCH_ENV:-} setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+		${LAUNCH_ENV:-} setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
 	local pid=$! i
 	echo "$pid" >"$(pidfile "$name")"
 	# until the forked shell has exec'ed the program, its command line is ours
@@ -563,6 +563,14 @@ up() {
 	local t0=$SECONDS
 	deps
 	binaries
+	# Already up and healthy: keep it (and its objects); import changed images.
+	local c all=1
+	for c in $COMPONENTS; do alive "$c" || all=0; done
+	if [ $all = 1 ] && kubectl wait --for=condition=Ready "node/$NODE" --timeout=5s >/dev/null 2>&1; then
+		load_images
+		log "cluster already up (fresh start: cluster.sh down && cluster.sh up); export KUBECONFIG=$KUBECONFIG_ADMIN"
+		return 0
+	fi
 	if ! alive kube-apiserver && tcp_open 127.0.0.1 "$API_PORT"; then
 		die "127.0.0.1:$API_PORT is in use by a program that is not this cluster's apiserver (another cluster with another KDEFER_CLUSTER_DIR? stop it first)"
 	fi
