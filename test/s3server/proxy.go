@@ -1,7 +1,6 @@
 package s3server
 
 import (
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -10,7 +9,7 @@ import (
 
 // Proxy is a TCP proxy on 127.0.0.1 that can cut connections: with
 // ResetEvery(n), every n-th connection is reset (RST) after it has carried
-// ResetAfter bytes from the client, the way a flaky network or a restarting
+// ResetAfter bytes (both directions), the way a flaky network or a restarting
 // load balancer does.
 type Proxy struct {
 	l       net.Listener
@@ -116,48 +115,51 @@ func (p *Proxy) handle(c net.Conn, reset bool) {
 	p.track(u, true)
 	defer p.track(c, false)
 	defer p.track(u, false)
-	done := make(chan struct{}, 2)
-	go func() {
-		_, _ = io.Copy(c, u)
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}()
-	go func() {
+	var carried atomic.Int64 // bytes both ways on this connection
+	limit := p.after.Load()
+	var once sync.Once
+	cut := func() {
+		once.Do(func() {
+			p.resets.Add(1)
+			for _, x := range []net.Conn{c, u} {
+				if tc, ok := x.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0) // close sends RST
+				}
+				x.Close()
+			}
+		})
+	}
+	pipe := func(dst, src net.Conn, up bool, done chan<- struct{}) {
+		defer func() { done <- struct{}{} }()
 		buf := make([]byte, 32<<10)
-		var sent int64
-		limit := p.after.Load()
 		for {
-			n, err := c.Read(buf)
+			n, err := src.Read(buf)
 			if n > 0 {
-				if reset && sent+int64(n) > limit {
-					p.resets.Add(1)
-					if tc, ok := c.(*net.TCPConn); ok {
-						_ = tc.SetLinger(0) // close sends RST
+				if reset && carried.Add(int64(n)) > limit {
+					cut()
+					return
+				}
+				if up {
+					total := p.upBytes.Add(int64(n))
+					if p.onBytes != nil {
+						p.onBytes(total)
 					}
-					c.Close()
-					u.Close()
-					break
 				}
-				sent += int64(n)
-				total := p.upBytes.Add(int64(n))
-				if p.onBytes != nil {
-					p.onBytes(total)
-				}
-				if _, werr := u.Write(buf[:n]); werr != nil {
-					break
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
 				}
 			}
 			if err != nil {
-				if tu, ok := u.(*net.TCPConn); ok {
-					_ = tu.CloseWrite()
+				if t, ok := dst.(*net.TCPConn); ok {
+					_ = t.CloseWrite()
 				}
-				break
+				return
 			}
 		}
-		done <- struct{}{}
-	}()
+	}
+	done := make(chan struct{}, 2)
+	go pipe(u, c, true, done)
+	go pipe(c, u, false, done)
 	<-done
 	<-done
 }
