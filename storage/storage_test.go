@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -396,6 +397,8 @@ func TestRetry(t *testing.T) {
 		default:
 			if clk.HasWaiters() {
 				clk.Step(time.Second)
+			} else {
+				runtime.Gosched()
 			}
 		}
 	}

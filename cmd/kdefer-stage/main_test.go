@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/test/s3server"
+)
+
+func runCLI(t *testing.T, args ...string) (int, v1.StageSummary, string) {
+	t.Helper()
+	sum := filepath.Join(t.TempDir(), "summary.json")
+	var stderr bytes.Buffer
+	code := run(append(args, "--summary-file", sum, "--log-format", "json"), &stderr)
+	var s v1.StageSummary
+	if data, err := os.ReadFile(sum); err == nil {
+		if len(data) > 1024 {
+			t.Errorf("summary is %d bytes; it must stay far below the 4096-byte termination message limit", len(data))
+		}
+		if err := json.Unmarshal(data, &s); err != nil {
+			t.Fatalf("summary %q: %v", data, err)
+		}
+	}
+	return code, s, stderr.String()
+}
+
+func TestCLIFile(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"a/b/c.txt": "hello", "top.txt": "world!", "skip.tmp": "x"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("KDEFER_JOB", "job-1")
+	t.Setenv("KDEFER_POD", "job-1-xyz")
+	to := "file://" + dst + "/runs/{job}/{pod}"
+	code, s, stderr := runCLI(t, "out", "--from", src, "--to", to, "--exclude", "*.tmp")
+	want := v1.StageSummary{Op: "out", Bytes: 11, Objects: 2, TotalBytes: 11, ManifestURL: "file://" + dst + "/runs/job-1/job-1-xyz/_kdefer/manifest.json"}
+	if diff := cmp.Diff(want, s, cmpopts.IgnoreFields(v1.StageSummary{}, "DurationSeconds")); code != 0 || diff != "" {
+		t.Fatalf("out: exit %d, summary (-want +got):\n%s\nstderr:\n%s", code, diff, stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("stderr line is not JSON: %q", line)
+		}
+	}
+	code, s, _ = runCLI(t, "in", "--from", want.ManifestURL, "--to", filepath.Join(dst, "in"))
+	if code != 0 || s.Objects != 2 || s.Bytes != 11 {
+		t.Fatalf("in: exit %d summary %+v", code, s)
+	}
+	got, err := os.ReadFile(filepath.Join(dst, "in/a/b/c.txt"))
+	if err != nil || string(got) != "hello" {
+		t.Errorf("staged-in file: %q, %v", got, err)
+	}
+	code, s, _ = runCLI(t, "in", "--from", want.ManifestURL, "--to", filepath.Join(dst, "in"))
+	if code != 0 || s.Skipped != 2 || s.Objects != 0 {
+		t.Errorf("in rerun: exit %d summary %+v, want 2 skipped", code, s)
+	}
+}
+
+func TestCLIExitCodes(t *testing.T) {
+	src := t.TempDir()
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "super-secret-value")
+	tests := []struct {
+		name  string
+		args  []string
+		code  int
+		class string
+		says  string
+	}{
+		{"missing flag", []string{"out", "--from", src}, v1.ExitUsage, "", ""},
+		{"unknown command", []string{"sideways"}, v1.ExitUsage, "", ""},
+		{"bad glob", []string{"out", "--from", src, "--to", "mem://b/p", "--include", "a["}, v1.ExitUsage, "usage", "unterminated"},
+		{"credentials in URL", []string{"out", "--from", src, "--to", "s3://AKID:super-secret-value@bucket/p"}, v1.ExitPermanent, "permanent", "credentials"},
+		{"unknown parameter", []string{"out", "--from", src, "--to", "s3://b/p?endpont=http://127.0.0.1:1"}, v1.ExitPermanent, "permanent", `"endpont"`},
+		{"unset template variable", []string{"out", "--from", src, "--to", "s3://b/{pod}"}, v1.ExitPermanent, "permanent", "KDEFER_POD"},
+		{"missing source", []string{"out", "--from", filepath.Join(src, "nope"), "--to", "mem://b/p"}, v1.ExitPermanent, "permanent", "--from"},
+		{"server down", []string{"out", "--from", src, "--to", "s3://b/p?endpoint=http://127.0.0.1:1", "--attempts", "2"}, v1.ExitTransient, "transient", ""},
+		{"empty input prefix", []string{"in", "--from", "mem://b/p", "--to", filepath.Join(src, "in")}, v1.ExitPermanent, "permanent", "no objects"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KDEFER_POD", "")
+			os.Unsetenv("KDEFER_POD")
+			code, s, stderr := runCLI(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			if s.ErrorClass != tc.class {
+				t.Errorf("summary errorClass %q, want %q", s.ErrorClass, tc.class)
+			}
+			if !strings.Contains(s.Error, tc.says) {
+				t.Errorf("summary error %q does not say %q", s.Error, tc.says)
+			}
+			if strings.Contains(stderr+s.Error, "super-secret-value") {
+				t.Errorf("a credential leaked:\n%s\n%s", stderr, s.Error)
+			}
+		})
+	}
+}
+
+func TestCLIMinIO(t *testing.T) {
+	srv := s3server.Start(t)
+	s3server.SetCredentials(t)
+	s3server.MakeBucket(t, srv.Addr(), "cli")
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f.dat"), bytes.Repeat([]byte("x"), 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, s, stderr := runCLI(t, "out", "--from", src, "--to", srv.URL("cli", "run/"))
+	if code != 0 || s.Objects != 1 || s.ManifestURL != "s3://cli/run/_kdefer/manifest.json" {
+		t.Fatalf("out: exit %d summary %+v\n%s", code, s, stderr)
+	}
+	if strings.Contains(stderr, s3server.SecretKey) {
+		t.Errorf("stderr holds the secret key")
+	}
+	code, s, _ = runCLI(t, "out", "--from", src, "--to", srv.URL("nobucket", "run/"))
+	if code != v1.ExitPermanent || !strings.Contains(s.Error, "NoSuchBucket") {
+		t.Errorf("missing bucket: exit %d summary %+v", code, s)
+	}
+}

@@ -1,0 +1,61 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func TestProgressLines(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	p := NewProgress(clk)
+	p.FilesTotal.Store(10)
+	p.BytesTotal.Store(100e6)
+	var buf lockedBuf
+	log := zerolog.New(&buf)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx, log, 10*time.Second); close(done) }()
+	for !clk.HasWaiters() {
+		runtime.Gosched() // wait for the ticker to be armed
+	}
+	p.FilesDone.Store(4)
+	p.BytesDone.Store(40e6)
+	p.Moved.Store(40e6)
+	clk.Step(10 * time.Second)
+	for !strings.Contains(buf.String(), "\n") {
+		runtime.Gosched() // wait for the line the tick produces
+	}
+	cancel()
+	<-done
+	var got map[string]any
+	if err := json.Unmarshal([]byte(strings.SplitN(buf.String(), "\n", 2)[0]), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"level": "info", "message": "transfer progress", "files": 4.0, "filesTotal": 10.0, "bytes": 40e6, "bytesTotal": 100e6,
+		"skipped": 0.0, "rateMBps": 4.0, "elapsedSeconds": 10.0, "etaSeconds": 15.0}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("progress line (-want +got):\n%s", diff)
+	}
+}
