@@ -103,7 +103,9 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	case Finished(run):
 		err = r.afterFinish(ctx, s)
 	case run.Spec.Trigger == "":
-		r.armed(s)
+		// Armed: nothing to write. The condition is set with the first
+		// write that has something else to say, which saves one write per
+		// pod; state stays empty until then.
 	default:
 		err = r.execute(ctx, s)
 	}
@@ -114,9 +116,6 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		return reconcile.Result{}, err
 	}
 	r.emit(ctx, s)
-	if s.finishedNow {
-		r.updateJobSummary(ctx, run)
-	}
 	if run.DeletionTimestamp != nil && Finished(run) && meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
 		return reconcile.Result{}, r.removeFinalizer(ctx, run)
 	}
@@ -127,15 +126,10 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	return s.result, nil
 }
 
-// armed: the pod still runs.
-func (r *RunReconciler) armed(s *runState) {
-	s.cond(v1.DeferRunArmed, true, ReasonArmed, fmt.Sprintf("work volume of pod %s is co-owned; waiting for the pod to end", s.run.Spec.PodName))
-}
-
 // execute runs a triggered, unfinished run one step further.
 func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
 	run := s.run
-	s.cond(v1.DeferRunArmed, true, ReasonArmed, "")
+	s.cond(v1.DeferRunArmed, true, ReasonArmed, fmt.Sprintf("work volume of pod %s co-owned", run.Spec.PodName))
 	s.cond(v1.DeferRunTriggered, true, string(run.Spec.Trigger), fmt.Sprintf("pod %s ended: %s (exit code %d)", run.Spec.PodName, run.Spec.Trigger, ExitCode(run.Spec.ExitCodes)))
 	if s.status.TriggeredAt == nil {
 		s.status.TriggeredAt = &metav1.Time{Time: triggeredAt(run, s.now)}
@@ -314,6 +308,9 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState) error {
 	if s.status.StartTime == nil {
 		s.status.StartTime = &metav1.Time{Time: s.now}
 	}
+	// The steps as Observe reports them before the kubelet has started any,
+	// so the next pass has nothing new to write until one has.
+	s.status.Steps = Observe(pod, 0).Steps
 	s.cond(v1.DeferRunStagingOut, true, ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
 	s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, run.Spec.Trigger)})
 	return nil

@@ -7,10 +7,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
@@ -45,32 +45,57 @@ func JobSummary(runs []v1.DeferRun) string {
 	return strings.Join(parts, ", ")
 }
 
-// updateJobSummary writes the Job's summary annotation when it changed.
-// Best effort: the next finished run writes it again.
-func (r *RunReconciler) updateJobSummary(ctx context.Context, run *v1.DeferRun) {
-	if run.Spec.JobName == "" {
-		return
+// JobReconciler keeps a Job's kdefer.io/summary annotation current. Keyed by
+// Job, it coalesces a burst of finishing runs into few writes, and catches up
+// after a restart.
+type JobReconciler struct {
+	client client.Client
+}
+
+// NewJobReconciler returns the Job summary reconciler.
+func NewJobReconciler(c client.Client) *JobReconciler { return &JobReconciler{client: c} }
+
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
+
+// Reconcile gets the Job and hands it to reconcile.
+func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	job := &batchv1.Job{}
+	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	res, err := r.reconcile(ctx, job)
+	return quiet(ctx, res, err)
+}
+
+func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job) (reconcile.Result, error) {
 	var list v1.DeferRunList
-	if err := r.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexRunJob: run.Spec.JobName}); err != nil {
-		log.FromContext(ctx).Error(err, "listing runs of the job", "job", run.Spec.JobName)
-		return
+	if err := r.client.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingFields{IndexRunJob: job.Name}); err != nil {
+		return reconcile.Result{}, err
 	}
-	for i := range list.Items {
-		if list.Items[i].Name == run.Name {
-			list.Items[i].Status = run.Status // the cache may be behind our write
+	var runs []v1.DeferRun
+	for _, run := range list.Items {
+		if ownedBy(run.OwnerReferences, job.UID) {
+			runs = append(runs, run)
 		}
 	}
-	sum := JobSummary(list.Items)
-	job := &batchv1.Job{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.JobName}, job); err == nil && job.Annotations[v1.AnnotationSummary] == sum {
-		return
+	finished := 0
+	for i := range runs {
+		if Finished(&runs[i]) {
+			finished++
+		}
+	}
+	if finished == 0 {
+		return reconcile.Result{}, nil // nothing to report yet: saves a write per Job
+	}
+	sum := JobSummary(runs)
+	if job.Annotations[v1.AnnotationSummary] == sum {
+		return reconcile.Result{}, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1.AnnotationSummary, sum)
-	obj := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: run.Spec.JobName, Namespace: run.Namespace}}
-	if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
-		log.FromContext(ctx).Error(err, "writing job summary", "job", run.Spec.JobName)
-		return
+	log.FromContext(ctx).V(1).Info("writing job summary", "summary", sum)
+	if err := r.client.Patch(ctx, job, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	Metrics.Writes.WithLabelValues("job-summary").Inc()
+	return reconcile.Result{}, nil
 }

@@ -122,6 +122,14 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Complete(NewPodReconciler(c, opts.Clock)); err != nil {
 		return err
 	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("kdefer-job").
+		For(&batchv1.Job{}).
+		Watches(&v1.DeferRun{}, handler.EnqueueRequestsFromMapFunc(runToJob)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
+		Complete(NewJobReconciler(c)); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-deferrun").
 		For(&v1.DeferRun{}).
@@ -141,6 +149,13 @@ func pvcToPod(_ context.Context, o client.Object) []reconcile.Request {
 		}
 	}
 	return out
+}
+
+func runToJob(_ context.Context, o client.Object) []reconcile.Request {
+	if j := o.(*v1.DeferRun).Spec.JobName; j != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: j}}}
+	}
+	return nil
 }
 
 func jobToRuns(c client.Client) handler.MapFunc {

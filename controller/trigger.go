@@ -57,7 +57,7 @@ var disruptionTriggers = map[string]v1.Trigger{
 //  6. status.reason DeadlineExceeded, or the Job failed with DeadlineExceeded: DeadlineExceeded
 //  7. status.reason Terminated/Shutdown: NodeShutdown
 //  8. a regular container terminated with reason OOMKilled (any exit code): OOMKilled
-//  9. deletion requested before the containers ended: Deleted
+//  9. deletion requested before the containers ended (same second included): Deleted
 //  10. otherwise: Failed
 func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 	var c Classification
@@ -97,7 +97,7 @@ func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 		c.Trigger = v1.TriggerNodeShutdown
 	case oom:
 		c.Trigger = v1.TriggerOOMKilled
-	case deleting && deletionRequested(pod).Before(lastFinish):
+	case deleting && !deletionRequested(pod).After(lastFinish):
 		c.Trigger = v1.TriggerDeleted
 	case pod.Status.Phase == corev1.PodSucceeded:
 		c.Trigger = v1.TriggerSucceeded

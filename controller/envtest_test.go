@@ -1,0 +1,532 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller"
+	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/test/envtest"
+)
+
+const node = "n1"
+
+// harness is one apiserver, a client for the test (the kubelet, the Job
+// controller and the user) and the real manager, which can be stopped and
+// started again.
+type harness struct {
+	t       *testing.T
+	env     *envtest.Env
+	c       client.Client
+	writes  *kt.WriteCounter
+	mu      sync.Mutex
+	stopMgr func()
+}
+
+func newHarness(t *testing.T) *harness {
+	env := envtest.Start(t)
+	h := &harness{t: t, env: env, c: env.Client, writes: &kt.WriteCounter{}}
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	must(t, h.c.Create(ctx, n))
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	must(t, h.c.Status().Update(ctx, n))
+	t.Cleanup(h.stop)
+	return h
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs the manager until stop (or a simulated crash).
+func (h *harness) start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopMgr != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := controller.NewManager(ctx, h.env.Config, controller.ManagerOptions{
+		MetricsAddr: "0", ProbeAddr: "0", NewClient: h.writes.NewClient,
+		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}, Workers: 4},
+	})
+	must(h.t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			h.t.Logf("manager: %v", err)
+		}
+	}()
+	h.stopMgr = func() { cancel(); <-done }
+}
+
+func (h *harness) stop() {
+	h.mu.Lock()
+	stop := h.stopMgr
+	h.stopMgr = nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// eventually polls cond every 50 ms for up to 30 s. After a simulated
+// crash it restarts the manager, as a Deployment would.
+func (h *harness) eventually(what string, cond func() (bool, error)) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if h.writes.Crashed() {
+			h.stop()
+			h.writes.Recover()
+			h.start()
+		}
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
+}
+
+func (h *harness) namespace(name string) string {
+	must(h.t, h.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	return name
+}
+
+// managedJobPod creates what render, the Job controller, the scheduler, the
+// ephemeral-volume controller and the kubelet would: a Job, its managed pod
+// running on the node, and the work PVC.
+func (h *harness) managedJobPod(ns, name string, edit ...func(*corev1.Pod)) (*batchv1.Job, *corev1.Pod) {
+	ctx := context.Background()
+	job := kt.MakeJob(name, ns).Obj()
+	job.UID = ""
+	job.Labels = map[string]string{v1.LabelEnabled: "true"}
+	job.Spec.Template.Labels = map[string]string{"app": name}
+	job.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}
+	job.Spec.ManualSelector = ptr.To(true)
+	must(h.t, h.c.Create(ctx, job))
+	pod := kt.MakePod(name+"-x", ns).OnNode(node).OwnedByJob(job.Name, job.UID).Obj()
+	pod.UID = ""
+	pod.Status = corev1.PodStatus{}
+	for _, e := range edit {
+		e(pod)
+	}
+	must(h.t, h.c.Create(ctx, pod))
+	must(h.t, kt.SetRunning(ctx, h.c, pod))
+	pvc := kt.ClaimFor(pod, v1.DefaultWorkVolumeName)
+	must(h.t, h.c.Create(ctx, pvc))
+	return job, pod
+}
+
+func (h *harness) get(obj client.Object) error {
+	return h.c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+}
+
+func (h *harness) run(pod *corev1.Pod) *v1.DeferRun {
+	return &v1.DeferRun{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+}
+
+func (h *harness) waitArmed(pod *corev1.Pod) *v1.DeferRun {
+	run := h.run(pod)
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pod.Name + "-" + v1.DefaultWorkVolumeName, Namespace: pod.Namespace}}
+	h.eventually("run armed and PVC co-owned", func() (bool, error) {
+		if err := h.get(run); err != nil {
+			return false, err
+		}
+		if err := h.get(pvc); err != nil {
+			return false, err
+		}
+		return controller.HasOwner(pvc.OwnerReferences, run), nil
+	})
+	return run
+}
+
+// updatePod applies f to the stored pod's status, retrying conflicts.
+func (h *harness) updatePodStatus(pod *corev1.Pod, f func(*corev1.Pod)) {
+	h.t.Helper()
+	h.eventually("pod status written", func() (bool, error) {
+		p := &corev1.Pod{}
+		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
+			return false, err
+		}
+		f(p)
+		err := h.c.Status().Update(context.Background(), p)
+		return err == nil, err
+	})
+}
+
+func (h *harness) deletePod(pod *corev1.Pod, grace int64) {
+	must(h.t, client.IgnoreNotFound(h.c.Delete(context.Background(), pod, client.GracePeriodSeconds(grace))))
+}
+
+func (h *harness) waitDeferPod(run *v1.DeferRun) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: controller.DeferPodName(run), Namespace: run.Namespace}}
+	h.eventually("defer pod created", func() (bool, error) { err := h.get(p); return err == nil, err })
+	return p
+}
+
+func (h *harness) finishDeferPod(p *corev1.Pod, code int32, restarts int32, sum *v1.StageSummary, failed bool) {
+	h.updatePodStatus(p, func(p *corev1.Pod) { kt.FinishDeferPod(p, code, restarts, sum, failed) })
+}
+
+func (h *harness) waitFinished(run *v1.DeferRun, typ string) {
+	h.eventually("run "+typ, func() (bool, error) {
+		if err := h.get(run); err != nil {
+			return false, err
+		}
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); c != nil && typ != v1.DeferRunFailed && c.Status == metav1.ConditionTrue {
+			return false, fmt.Errorf("run failed: %s: %s", c.Reason, c.Message)
+		}
+		return meta.IsStatusConditionTrue(run.Status.Conditions, typ), nil
+	})
+}
+
+// waitReleased waits for the pod finalizer to be gone and the PVC deleted
+// (no PVC-protection controller runs here, so "deleting" counts).
+func (h *harness) waitPodReleased(pod *corev1.Pod) {
+	h.eventually("pod finalizer removed", func() (bool, error) {
+		p := &corev1.Pod{}
+		err := h.c.Get(context.Background(), client.ObjectKeyFromObject(pod), p)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return !controllerutilContains(p.Finalizers, v1.PodFinalizer), nil
+	})
+}
+
+func (h *harness) pvcGone(pod *corev1.Pod) (bool, error) {
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := h.c.Get(context.Background(), types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name + "-" + v1.DefaultWorkVolumeName}, pvc)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return err == nil && pvc.DeletionTimestamp != nil, err
+}
+
+func controllerutilContains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func env(p *corev1.Pod, name string) string {
+	for _, c := range p.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+var okSummary = &v1.StageSummary{Op: "out", Bytes: 1234, Objects: 3, TotalBytes: 1234, ManifestURL: "s3://bucket/ns/p/_kdefer/manifest.json"}
+
+func TestEnvtest(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	t.Run("triggers", func(t *testing.T) { h.t = t; testTriggers(h) })
+	t.Run("failures", func(t *testing.T) { h.t = t; testFailures(h) })
+	t.Run("config error then fixed", func(t *testing.T) { h.t = t; testConfigError(h) })
+	t.Run("forced deletion skips", func(t *testing.T) { h.t = t; testForceDelete(h) })
+	t.Run("adoption replaces a deleting pod's owner reference", func(t *testing.T) { h.t = t; testAdoptDeleting(h) })
+	h.stop()
+	t.Run("manager down for the pod's whole life", func(t *testing.T) { h.t = t; testDowntime(h) })
+	t.Run("crash points", func(t *testing.T) { h.t = t; testCrashPoints(h) })
+}
+
+// Every trigger, end to end to Succeeded: the status shapes are those seen on
+// a real v1.34 cluster.
+func testTriggers(h *harness) {
+	ns := h.namespace("triggers")
+	type endFn func(h *harness, pod *corev1.Pod)
+	status := func(code int32, reason string, phase corev1.PodPhase, podReason string, conds ...string) endFn {
+		return func(h *harness, pod *corev1.Pod) {
+			var cs []corev1.PodCondition
+			for _, c := range conds {
+				cs = append(cs, kt.DisruptionTarget(c))
+			}
+			h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, code, reason, phase, podReason, cs...) })
+		}
+	}
+	deleteThen := func(cond string, code int32) endFn {
+		return func(h *harness, pod *corev1.Pod) {
+			if cond != "" {
+				h.updatePodStatus(pod, func(p *corev1.Pod) { p.Status.Conditions = append(p.Status.Conditions, kt.DisruptionTarget(cond)) })
+			}
+			h.deletePod(pod, 30)
+			h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, code, "Error", corev1.PodFailed, "") })
+		}
+	}
+	cases := []struct {
+		name string
+		end  endFn
+		want v1.Trigger
+	}{
+		{"succeeded", status(0, "Completed", corev1.PodSucceeded, ""), v1.TriggerSucceeded},
+		{"failed", status(1, "Error", corev1.PodFailed, ""), v1.TriggerFailed},
+		{"oomkilled", status(137, "OOMKilled", corev1.PodFailed, ""), v1.TriggerOOMKilled},
+		{"evicted", status(137, "Error", corev1.PodFailed, "Evicted"), v1.TriggerEvicted},
+		{"drained", deleteThen("EvictionByEvictionAPI", 143), v1.TriggerDrained},
+		{"preempted", deleteThen("PreemptionByScheduler", 143), v1.TriggerPreempted},
+		{"deadline", status(137, "Error", corev1.PodFailed, "DeadlineExceeded"), v1.TriggerDeadlineExceeded},
+		{"deleted", deleteThen("", 143), v1.TriggerDeleted},
+		{"shutdown", status(143, "Error", corev1.PodFailed, "Terminated"), v1.TriggerNodeShutdown},
+		{"taint", deleteThen("DeletionByTaintManager", 143), v1.TriggerTaintEviction},
+		{"podgc", status(137, "Error", corev1.PodFailed, "", "DeletionByPodGC"), v1.TriggerPodGC},
+	}
+	for _, tc := range cases {
+		job, pod := h.managedJobPod(ns, tc.name)
+		run := h.waitArmed(pod)
+		tc.end(h, pod)
+		dp := h.waitDeferPod(run)
+		if got := env(dp, v1.EnvTrigger); got != string(tc.want) {
+			h.t.Errorf("%s: defer pod KDEFER_TRIGGER = %q, want %q", tc.name, got, tc.want)
+		}
+		if dp.Spec.NodeName != node {
+			h.t.Errorf("%s: defer pod on node %q", tc.name, dp.Spec.NodeName)
+		}
+		h.finishDeferPod(dp, 0, 0, okSummary, false)
+		h.waitFinished(run, v1.DeferRunSucceeded)
+		if run.Spec.Trigger != tc.want || run.Status.Bytes != 1234 || run.Status.Objects != 3 || run.Status.ManifestURL != okSummary.ManifestURL {
+			h.t.Errorf("%s: run spec.trigger=%s status=%+v", tc.name, run.Spec.Trigger, run.Status)
+		}
+		h.waitPodReleased(pod)
+		h.eventually(tc.name+": PVC released", func() (bool, error) { return h.pvcGone(pod) })
+		h.eventually(tc.name+": job summary", func() (bool, error) {
+			err := h.get(job)
+			return job.Annotations[v1.AnnotationSummary] == "1/1 staged out", err
+		})
+	}
+}
+
+// A permanent error ends the run at once; the volume is retained (the
+// default), the pod is still released; retries exhausted likewise.
+func testFailures(h *harness) {
+	ns := h.namespace("failures")
+	for _, tc := range []struct {
+		name     string
+		code     int32
+		restarts int32
+		reason   string
+	}{
+		{"permanent", v1.ExitPermanent, 0, controller.ReasonPermanentError},
+		{"retries", 1, 4, controller.ReasonRetriesExhausted},
+	} {
+		_, pod := h.managedJobPod(ns, tc.name)
+		run := h.waitArmed(pod)
+		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
+		dp := h.waitDeferPod(run)
+		h.finishDeferPod(dp, tc.code, tc.restarts, &v1.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, false)
+		h.waitFinished(run, v1.DeferRunFailed)
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); c.Reason != tc.reason {
+			h.t.Errorf("%s: Failed reason %s (%s), want %s", tc.name, c.Reason, c.Message, tc.reason)
+		}
+		if meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
+			h.t.Errorf("%s: volume released; the default onFailure is Retain", tc.name)
+		}
+		h.waitPodReleased(pod)
+		if gone, _ := h.pvcGone(pod); gone {
+			h.t.Errorf("%s: PVC deleted; want it retained", tc.name)
+		}
+		h.eventually("the still running defer pod stopped", func() (bool, error) {
+			err := h.get(dp)
+			return apierrors.IsNotFound(err) || dp.DeletionTimestamp != nil, client.IgnoreNotFound(err)
+		})
+	}
+}
+
+// A missing DeferPolicy: the run waits with ConfigError naming the policy and
+// the fix, keeps the volume, and proceeds once the policy exists.
+func testConfigError(h *harness) {
+	ns := h.namespace("config")
+	_, pod := h.managedJobPod(ns, "cfg", func(p *corev1.Pod) { p.Annotations[v1.AnnotationPolicy] = "later" })
+	run := h.waitArmed(pod)
+	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "") })
+	h.eventually("ConfigError", func() (bool, error) {
+		if err := h.get(run); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "DeferPolicy config/later"), nil
+	})
+	if gone, _ := h.pvcGone(pod); gone {
+		h.t.Fatal("PVC deleted while the run waits for its configuration")
+	}
+	pol := &v1.DeferPolicy{ObjectMeta: metav1.ObjectMeta{Name: "later", Namespace: ns},
+		Spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://other/{pod}/"}, Deadline: &metav1.Duration{Duration: time.Hour}}}
+	must(h.t, h.c.Create(context.Background(), pol))
+	dp := h.waitDeferPod(run)
+	if !strings.Contains(strings.Join(dp.Spec.Containers[0].Args, " "), "s3://bucket/{namespace}/{pod}/") {
+		h.t.Errorf("stage-out args %v: the pod's annotation must override the policy's URL", dp.Spec.Containers[0].Args)
+	}
+	if *dp.Spec.ActiveDeadlineSeconds != 3600 {
+		h.t.Errorf("activeDeadlineSeconds = %d, want the policy's 3600", *dp.Spec.ActiveDeadlineSeconds)
+	}
+	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.waitFinished(run, v1.DeferRunSucceeded)
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError); c.Status != metav1.ConditionFalse {
+		h.t.Errorf("ConfigError still %s", c.Status)
+	}
+}
+
+// kubectl delete --grace-period=0 --force on a running pod: no step runs, the
+// volume and the pod are released.
+func testForceDelete(h *harness) {
+	ns := h.namespace("force")
+	_, pod := h.managedJobPod(ns, "force")
+	run := h.waitArmed(pod)
+	h.deletePod(pod, 0)
+	h.waitFinished(run, v1.DeferRunSkipped)
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c.Reason != controller.ReasonForceDeleted {
+		h.t.Errorf("Skipped reason %s", c.Reason)
+	}
+	h.waitPodReleased(pod)
+	h.eventually("PVC released", func() (bool, error) { return h.pvcGone(pod) })
+	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: controller.DeferPodName(run), Namespace: ns}}
+	if err := h.get(dp); !apierrors.IsNotFound(err) {
+		h.t.Errorf("defer pod exists after a forced deletion: %v", err)
+	}
+}
+
+// Issue 6: a pod already being deleted when its PVC is adopted loses its
+// ownerReference on the PVC, so a pending foreground deletion finishes.
+func testAdoptDeleting(h *harness) {
+	ns := h.namespace("adopt")
+	h.stop()
+	defer h.start()
+	_, pod := h.managedJobPod(ns, "adopt")
+	must(h.t, h.c.Delete(context.Background(), pod, client.PropagationPolicy(metav1.DeletePropagationForeground), client.GracePeriodSeconds(30)))
+	h.start()
+	run := h.waitArmed(pod)
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pod.Name + "-" + v1.DefaultWorkVolumeName, Namespace: ns}}
+	must(h.t, h.get(pvc))
+	for _, ref := range pvc.OwnerReferences {
+		if ref.Kind == "Pod" {
+			h.t.Errorf("PVC still owned by the deleting pod: %+v", pvc.OwnerReferences)
+		}
+		if ref.UID == run.UID && (*ref.Controller || *ref.BlockOwnerDeletion) {
+			h.t.Errorf("run owner ref must be non-controller, non-blocking: %+v", ref)
+		}
+	}
+	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 143, "Error", corev1.PodFailed, "") })
+	dp := h.waitDeferPod(run)
+	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.waitFinished(run, v1.DeferRunSucceeded)
+	h.waitPodReleased(pod)
+}
+
+// The manager is down while a pod is created, runs, ends and is deleted;
+// started afterwards, it still runs the defer pod and releases everything.
+func testDowntime(h *harness) {
+	ns := h.namespace("downtime")
+	_, pod := h.managedJobPod(ns, "down")
+	h.updatePodStatus(pod, func(p *corev1.Pod) {
+		kt.Terminate(p, 1, "Error", corev1.PodFailed, "")
+		p.Status.ContainerStatuses[0].State.Terminated.FinishedAt = metav1.NewTime(time.Now().Add(-5 * time.Second))
+	})
+	h.deletePod(pod, 30)
+	h.start()
+	defer h.stop()
+	run := h.waitArmed(pod)
+	dp := h.waitDeferPod(run)
+	if env(dp, v1.EnvTrigger) != string(v1.TriggerFailed) {
+		h.t.Errorf("trigger %q, want Failed (it failed before it was deleted)", env(dp, v1.EnvTrigger))
+	}
+	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.waitFinished(run, v1.DeferRunSucceeded)
+	h.waitPodReleased(pod)
+	h.eventually("PVC released", func() (bool, error) { return h.pvcGone(pod) })
+}
+
+// The manager is stopped right after each write of a stage-out and started
+// again: each run ends with exactly one defer pod and one release.
+func testCrashPoints(h *harness) {
+	ns := h.namespace("crash")
+	// Count a clean run's writes first.
+	h.writes.Reset()
+	h.start()
+	clean := crashScenario(h, ns, "clean")
+	h.stop()
+	n := len(clean)
+	h.t.Logf("a stage-out makes %d writes: %v", n, clean)
+	if n == 0 {
+		h.t.Fatal("no writes counted")
+	}
+	for i := 1; i <= n; i++ {
+		h.writes.Reset()
+		h.writes.CrashAfter(i, func() {})
+		h.start()
+		name := fmt.Sprintf("c%d", i)
+		writes := crashScenario(h, ns, name)
+		h.stop()
+		deferPods := 0
+		releases := 0
+		for _, w := range writes {
+			if w.Verb == "create" && w.Kind == "Pod" && strings.HasSuffix(w.Name, "-defer") {
+				deferPods++
+			}
+			if w.Verb == "delete" && w.Kind == "PersistentVolumeClaim" {
+				releases++
+			}
+		}
+		if deferPods != 1 || releases != 1 {
+			h.t.Errorf("crash after write %d (%s): %d defer pods created, %d releases; writes: %v", i, clean[i-1], deferPods, releases, writes)
+		}
+	}
+}
+
+// crashScenario runs one pod from creation to release and returns the
+// manager's writes for it.
+func crashScenario(h *harness, ns, name string) []kt.Write {
+	_, pod := h.managedJobPod(ns, name)
+	run := h.waitArmed(pod)
+	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "") })
+	dp := h.waitDeferPod(run)
+	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.waitFinished(run, v1.DeferRunSucceeded)
+	h.waitPodReleased(pod)
+	h.eventually("PVC released", func() (bool, error) { return h.pvcGone(pod) })
+	// The summary write on the Job is best effort and may come last.
+	h.eventually("job summary", func() (bool, error) {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		err := h.get(job)
+		return job.Annotations[v1.AnnotationSummary] != "", err
+	})
+	var out []kt.Write
+	for _, w := range h.writes.Writes() {
+		if strings.HasPrefix(w.Name, name) && w.Namespace == ns {
+			out = append(out, w)
+		}
+	}
+	return out
+}
