@@ -247,14 +247,27 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 			fmt.Sprintf("point %s at an emptyDir volume, or at a name no volume has (kdefer then creates one mounted at %s)", v1.AnnotationWorkVolume, wv.MountPath))
 	}
 
-	// Stage-in init containers, first, replacing any rendered before.
+	// Stage-in init containers, first, replacing any rendered before. A
+	// container rendered before keeps the fields render does not own, so
+	// that the apiserver's defaults (terminationMessagePath, ...) do not
+	// make a rendered Job look unrendered.
+	prev := map[string]corev1.Container{}
+	for _, c := range spec.InitContainers {
+		if strings.HasPrefix(c.Name, StageInContainerName) {
+			prev[c.Name] = c
+		}
+	}
 	var initc []corev1.Container
 	for i, in := range pol.StageIn {
 		name := StageInContainerName
 		if len(pol.StageIn) > 1 {
 			name = fmt.Sprintf("%s-%d", StageInContainerName, i)
 		}
-		initc = append(initc, stageInContainer(name, in, pol, opts))
+		want := stageInContainer(name, in, pol, opts)
+		if old, ok := prev[name]; ok {
+			want = ownFields(old, want)
+		}
+		initc = append(initc, want)
 	}
 	for _, c := range spec.InitContainers {
 		if !strings.HasPrefix(c.Name, StageInContainerName) {
@@ -355,6 +368,20 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 	if pol.Credentials != nil {
 		c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: *pol.Credentials}}}
 	}
+	return c
+}
+
+// ownFields returns old with the fields render sets taken from want.
+func ownFields(old, want corev1.Container) corev1.Container {
+	c := *old.DeepCopy()
+	c.Image, c.ImagePullPolicy = want.Image, want.ImagePullPolicy
+	c.Command, c.Args = want.Command, want.Args
+	c.Env, c.EnvFrom = want.Env, want.EnvFrom
+	c.VolumeMounts = want.VolumeMounts
+	c.TerminationMessagePolicy = want.TerminationMessagePolicy
+	c.Resources = want.Resources
+	c.SecurityContext = want.SecurityContext
+	c.RestartPolicy = want.RestartPolicy
 	return c
 }
 

@@ -136,6 +136,12 @@ func TestRenderGolden(t *testing.T) {
 			if ok, why := render.IsRendered(got, tc.policy, opts); !ok {
 				t.Errorf("IsRendered(rendered) = false: %s", why)
 			}
+			// The apiserver's defaults do not make a rendered Job unrendered.
+			defaulted := got.DeepCopy()
+			simulateDefaults(defaulted)
+			if ok, why := render.IsRendered(defaulted, tc.policy, opts); !ok {
+				t.Errorf("IsRendered(rendered and defaulted) = false: %s", why)
+			}
 			if ok, _ := render.IsRendered(orig, tc.policy, opts); ok {
 				t.Errorf("IsRendered(original) = true")
 			}
@@ -146,6 +152,31 @@ func TestRenderGolden(t *testing.T) {
 			}
 			checkInvariants(t, got, tc.policy)
 		})
+	}
+}
+
+// simulateDefaults sets fields the apiserver defaults on a Job's template.
+func simulateDefaults(j *batchv1.Job) {
+	spec := &j.Spec.Template.Spec
+	spec.DNSPolicy = corev1.DNSClusterFirst
+	spec.SchedulerName = corev1.DefaultSchedulerName
+	spec.SecurityContext = &corev1.PodSecurityContext{}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			cs[i].TerminationMessagePath = corev1.TerminationMessagePathDefault
+			if cs[i].ImagePullPolicy == "" {
+				cs[i].ImagePullPolicy = corev1.PullIfNotPresent
+			}
+			if cs[i].TerminationMessagePolicy == "" {
+				cs[i].TerminationMessagePolicy = corev1.TerminationMessageReadFile
+			}
+		}
+	}
+	for i := range spec.Volumes {
+		if e := spec.Volumes[i].Ephemeral; e != nil {
+			fs := corev1.PersistentVolumeFilesystem
+			e.VolumeClaimTemplate.Spec.VolumeMode = &fs
+		}
 	}
 }
 
