@@ -1,0 +1,112 @@
+package envtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+)
+
+// WithWebhooks installs the webhook configurations of deploy/webhook, with
+// their service references replaced by a local server's URL and a CA of
+// envtest's. Serve the webhooks on env.WebhookInstallOptions.LocalServingHost,
+// LocalServingPort and LocalServingCertDir.
+func WithWebhooks() Option {
+	return func(e *ctrlenvtest.Environment) {
+		e.WebhookInstallOptions.Paths = append(e.WebhookInstallOptions.Paths, filepath.Join(RepoRoot(), "deploy", "webhook", "webhooks.yaml"))
+	}
+}
+
+// WithAPIServerArgs sets kube-apiserver flags.
+func WithAPIServerArgs(kv ...string) Option {
+	return func(e *ctrlenvtest.Environment) {
+		args := e.ControlPlane.GetAPIServer().Configure()
+		for i := 0; i+1 < len(kv); i += 2 {
+			args.Set(kv[i], kv[i+1])
+		}
+	}
+}
+
+// DecodeObjects parses every document of a multi-document YAML.
+func DecodeObjects(t testing.TB, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("reading YAML: %v", err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			t.Fatalf("decoding YAML: %v", err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// ReadObjects parses a manifest file of the repository (path relative to
+// the repository root).
+func ReadObjects(t testing.TB, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return DecodeObjects(t, data)
+}
+
+// Kustomize builds a kustomization of the repository (e.g. "deploy") with
+// the kubectl of KUBEBUILDER_ASSETS, as `kubectl apply -k` would.
+func Kustomize(t testing.TB, dir string) []byte {
+	t.Helper()
+	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(RepoRoot(), dir)).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, ee.Stderr)
+		}
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	return out
+}
+
+// Apply server-side applies objects (field manager "kdefer-test").
+func Apply(t testing.TB, c client.Client, objs ...*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		o = o.DeepCopy()
+		if err := c.Patch(context.Background(), o, client.Apply, client.FieldOwner("kdefer-test"), client.ForceOwnership); err != nil { //nolint:staticcheck // unstructured has no apply configuration
+			t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// Impersonate returns a client that acts as user (in groups), e.g.
+// "system:serviceaccount:kube-system:generic-garbage-collector".
+func (e *Env) Impersonate(t testing.TB, user string, groups ...string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
