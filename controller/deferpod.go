@@ -30,6 +30,8 @@ const tmpVolume = "kdefer-tmp"
 type DeferPodOptions struct {
 	// StageImage runs the built-in stage-out step.
 	StageImage string
+	// ImagePullPolicy of the stage-out step (default IfNotPresent).
+	ImagePullPolicy corev1.PullPolicy
 }
 
 // DeferPodName is the name of a DeferRun's defer pod (and its PDB): fixed,
@@ -89,6 +91,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		c := corev1.Container{
 			Name:                     v1.StageOutStepName,
 			Image:                    opts.StageImage,
+			ImagePullPolicy:          pullPolicy(opts.ImagePullPolicy),
 			Command:                  []string{"kdefer-stage"},
 			Args:                     args,
 			Env:                      env,
@@ -310,3 +313,10 @@ func restricted(sc *corev1.SecurityContext) *corev1.SecurityContext {
 }
 
 func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
+
+func pullPolicy(p corev1.PullPolicy) corev1.PullPolicy {
+	if p == "" {
+		return corev1.PullIfNotPresent
+	}
+	return p
+}

@@ -20,6 +20,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/controller/webhook"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -65,7 +66,7 @@ func (h *harness) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := controller.NewManager(ctx, h.env.Config, controller.ManagerOptions{
-		MetricsAddr: "0", ProbeAddr: "0", NewClient: h.writes.NewClient,
+		MetricsAddr: "0", ProbeAddr: "0", NewClient: h.writes.NewClient, Webhook: webhook.Options{Disabled: true},
 		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}, Workers: 4},
 	})
 	must(h.t, err)

@@ -17,6 +17,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/webhook"
 )
 
 // ManagerOptions configure the manager that runs kdefer's controllers; the
@@ -30,6 +31,9 @@ type ManagerOptions struct {
 	LeaderElectionNamespace string
 	// NewClient wraps the manager's client (tests count writes with it).
 	NewClient client.NewClientFunc
+	// Webhook configures the admission webhooks served by the same manager
+	// (Disabled in the envtest suites of the controllers).
+	Webhook webhook.Options
 }
 
 // LeaderElectionID is the Lease kdefer's replicas elect a leader with.
@@ -63,6 +67,12 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 		NewClient:                     mo.NewClient,
 	}
+	if mo.Webhook.Render.StageImage == "" {
+		mo.Webhook.Render.StageImage = mo.DeferPod.StageImage
+	}
+	if !mo.Webhook.Disabled {
+		opts.WebhookServer = webhook.NewServer(mo.Webhook)
+	}
 	if opts.HealthProbeBindAddress == "0" {
 		opts.HealthProbeBindAddress = ""
 	}
@@ -82,6 +92,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 		}); err != nil {
 			return nil, err
 		}
+	}
+	if err := webhook.SetupWithManager(mgr, mo.Webhook); err != nil {
+		return nil, err
 	}
 	if err := SetupWithManager(ctx, mgr, mo.Options); err != nil {
 		return nil, err

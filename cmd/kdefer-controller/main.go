@@ -45,6 +45,7 @@ func run(args []string) int {
 	fs.StringVar(&logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	mo.Webhook.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
