@@ -450,7 +450,10 @@ procs_matching() {
 
 kubepods_cgroups() { find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d 2>/dev/null || true; }
 
+# cleanup is best effort (a step that fails must not stop the next ones); down
+# then checks for leftovers.
 cleanup() {
+	set +e
 	local c ns netns=() p n
 	stop_proc kubelet 15
 	# Pod containers: kill and delete through our containerd (started for the purpose after an unclean stop).
@@ -518,12 +521,13 @@ cleanup() {
 		# the kubelet's device-plugin socket path ignores --root-dir
 		grep -qx /var/lib/kubelet "$DIR/host-dirs" && rm -f /var/lib/kubelet/device-plugins/kubelet.sock
 		sort -r "$DIR/host-dirs" | while read -r c; do
-			[ -d "$c" ] && find "$c" -depth -type d -empty -delete 2>/dev/null
+			if [ -d "$c" ]; then find "$c" -depth -type d -empty -delete 2>/dev/null || true; fi
 		done
 		rm -f "$DIR/host-dirs"
 	fi
 	# Cluster state goes; certificates, images (containerd root) and the last logs stay.
 	rm -rf "$DIR/etcd" "$DIR/kubelet" "$DIR/pod-logs" "$DIR/pv" "$DIR/containerd/state" "$DIR/cni/ipam" "$RUN"
+	set -e
 }
 
 # The kubelet, even with makeIPTablesUtilChains false, may add its hint/canary chains.
