@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,11 +19,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/certs"
 	kwebhook "github.com/kdefer/kdefer/controller/webhook"
 	"github.com/kdefer/kdefer/render"
 	rt "github.com/kdefer/kdefer/render/testing"
@@ -436,4 +439,54 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kdefer-system", Name: "kdefer-webhook"}, svc); err != nil {
 		t.Fatalf("webhook Service: %v", err)
 	}
+
+	t.Run("self-managed certificates", func(t *testing.T) {
+		r := certs.New(env.Client, certs.Options{CertDir: t.TempDir()}, logr.Discard())
+		if err := r.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sec := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kdefer-system", Name: "kdefer-webhook-cert"}, sec); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "kdefer"}, mwc); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "kdefer"}, vwc); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range [][]byte{mwc.Webhooks[0].ClientConfig.CABundle, vwc.Webhooks[0].ClientConfig.CABundle, vwc.Webhooks[1].ClientConfig.CABundle} {
+			if len(b) == 0 || string(b) != string(sec.Data[certs.CACertKey]) {
+				t.Error("a webhook's caBundle is not the generated CA")
+			}
+		}
+	})
+
+	t.Run("overlays", func(t *testing.T) {
+		local := envtest.DecodeObjects(t, envtest.Kustomize(t, "deploy/overlays/local"))
+		for _, o := range local {
+			if o.GetKind() == "ValidatingWebhookConfiguration" || o.GetKind() == "MutatingWebhookConfiguration" {
+				hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+				for _, h := range hooks {
+					url, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "url")
+					if !strings.HasPrefix(url, "https://127.0.0.1:9443/") {
+						t.Errorf("local overlay: webhook url %q", url)
+					}
+				}
+			}
+		}
+		for _, o := range local {
+			if err := env.Client.Patch(ctx, o, client.Apply, client.FieldOwner("kdefer-test"), client.ForceOwnership, client.DryRunAll); err != nil { //nolint:staticcheck
+				t.Errorf("local overlay: %s %s rejected: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+		cm := envtest.DecodeObjects(t, envtest.Kustomize(t, "deploy/overlays/cert-manager"))
+		found := false
+		for _, o := range cm {
+			found = found || (o.GetKind() == "Certificate" && o.GetName() == "kdefer-webhook-cert")
+		}
+		if !found {
+			t.Error("cert-manager overlay has no Certificate")
+		}
+	})
 }
