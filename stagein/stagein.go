@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -207,6 +208,7 @@ type downloader struct {
 	be   storage.Backend
 	root *os.Root
 	prog *storage.Progress
+	dirs sync.Map // directories created
 }
 
 func (d *downloader) done(en *entry, moved bool) {
@@ -227,8 +229,13 @@ func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) er
 		return err
 	}
 	if dir := path.Dir(en.rel); dir != "." {
-		if err := d.root.MkdirAll(dir, 0o755); err != nil {
-			return storage.Permanentf("remove what blocks the directory, or the symlink leaving the destination", "create directory for %q: %v", en.rel, err)
+		// Many files share a directory: create each once (os.Root
+		// resolves every component with openat, which adds up).
+		if _, ok := d.dirs.Load(dir); !ok {
+			if err := d.root.MkdirAll(dir, 0o755); err != nil {
+				return storage.Permanentf("remove what blocks the directory, or the symlink leaving the destination", "create directory for %q: %v", en.rel, err)
+			}
+			d.dirs.Store(dir, true)
 		}
 	}
 	tmp := en.rel + TempSuffix

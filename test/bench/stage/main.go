@@ -1,0 +1,391 @@
+// Command stage is `make bench-stage`: it measures kdefer-stage against
+// s5cmd and mc on one local MinIO, uploads and downloads of three dataset
+// shapes, alternating tools, median of several runs, and writes
+// test/bench/results.md. Every tool runs as a child process so client CPU
+// (rusage) and peak RSS (maxrss) are measured the same way for all.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+const (
+	accessKey = "kdeferbench"
+	secretKey = "kdeferbench-secret-key"
+	bucket    = "bench"
+)
+
+type shape struct {
+	name  string
+	files int
+	size  int64
+	// dirs spreads files over nested directories: d<i%dirs>/s<i%sub>/f<i>
+	dirs, sub int
+}
+
+var shapes = []shape{
+	{"1000x1MiB", 1000, 1 << 20, 10, 10},
+	{"4x256MiB", 4, 256 << 20, 1, 1},
+	{"20000x4KiB", 20000, 4 << 10, 20, 50},
+}
+
+type tool struct {
+	name string
+	bin  string
+}
+
+type sample struct {
+	wall, cpu time.Duration
+	rssKiB    int64
+}
+
+type key struct{ shape, op, tool string }
+
+var (
+	runs     = flag.Int("runs", 3, "runs per tool, shape and direction (median reported)")
+	only     = flag.String("shapes", "", "comma-separated shape names to run (default all)")
+	workDir  = flag.String("work", "", "scratch directory (default a new temporary directory)")
+	resultMD = flag.String("out", "test/bench/results.md", "results file")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+	root, err := os.Getwd()
+	check(err)
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		log.Fatal("run from the repository root (make bench-stage)")
+	}
+	work := *workDir
+	if work == "" {
+		work, err = os.MkdirTemp("", "kdefer-bench-")
+		check(err)
+		defer os.RemoveAll(work)
+	}
+	toolPath := func(name string) string {
+		out, err := exec.Command(filepath.Join(root, "test/tools/install.sh"), "path", name).Output()
+		check(err)
+		p := filepath.Join(strings.TrimSpace(string(out)), name)
+		if _, err := os.Stat(p); err != nil {
+			log.Fatalf("%s not built: run test/tools/install.sh %s", p, name)
+		}
+		return p
+	}
+	minioBin, mcBin, s5Bin := toolPath("minio"), toolPath("mc"), toolPath("s5cmd")
+
+	kbin := filepath.Join(work, "kdefer-stage")
+	log.Printf("build kdefer-stage")
+	build := exec.Command("go", "build", "-trimpath", "-o", kbin, "./cmd/kdefer-stage")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	check(build.Run())
+
+	addr := freeAddr()
+	dataDir := filepath.Join(work, "minio-data")
+	srv := startMinIO(minioBin, addr, dataDir)
+	defer func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }()
+	client, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
+	check(err)
+	ctx := context.Background()
+	check(client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+
+	env := append(os.Environ(),
+		"AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey, "AWS_REGION=us-east-1",
+		"MC_HOST_local=http://"+accessKey+":"+secretKey+"@"+addr, "MC_CONFIG_DIR="+filepath.Join(work, "mc"))
+	endpoint := "http://" + addr
+	s3url := func(prefix string) string {
+		return "s3://" + bucket + "/" + prefix + "?endpoint=" + endpoint + "&region=us-east-1&use_path_style=true"
+	}
+	tools := []tool{{"kdefer", kbin}, {"s5cmd", s5Bin}, {"mc", mcBin}}
+	cmdFor := func(t tool, op, dir, prefix string) *exec.Cmd {
+		var args []string
+		switch t.name + "/" + op {
+		case "kdefer/upload":
+			args = []string{"out", "--from", dir, "--to", s3url(prefix), "--summary-file", "-", "--progress-interval", "-1s"}
+		case "kdefer/download":
+			args = []string{"in", "--from", s3url(prefix), "--to", dir, "--summary-file", "-", "--progress-interval", "-1s"}
+		case "s5cmd/upload":
+			args = []string{"--endpoint-url", endpoint, "cp", dir + "/*", "s3://" + bucket + "/" + prefix}
+		case "s5cmd/download":
+			args = []string{"--endpoint-url", endpoint, "cp", "s3://" + bucket + "/" + prefix + "*", dir + "/"}
+		case "mc/upload":
+			args = []string{"--quiet", "cp", "-r", dir + "/", "local/" + bucket + "/" + prefix}
+		case "mc/download":
+			args = []string{"--quiet", "cp", "-r", "local/" + bucket + "/" + prefix, dir + "/"}
+		}
+		c := exec.Command(t.bin, args...)
+		c.Env = env
+		return c
+	}
+
+	results := map[key][]sample{}
+	bytesOf := map[string]int64{}
+	selected := shapes
+	if *only != "" {
+		selected = nil
+		for _, s := range shapes {
+			if strings.Contains(","+*only+",", ","+s.name+",") {
+				selected = append(selected, s)
+			}
+		}
+	}
+	for _, sh := range selected {
+		src := filepath.Join(work, "data", sh.name)
+		log.Printf("generate %s", sh.name)
+		generate(src, sh)
+		bytesOf[sh.name] = int64(sh.files) * sh.size
+
+		// Upload: each run to a fresh prefix, removed afterwards so every
+		// tool writes into the same, small bucket.
+		for r := range *runs {
+			for i := range tools {
+				t := tools[(i+r)%len(tools)] // alternate who goes first
+				prefix := fmt.Sprintf("up/%s/%s/%d/", sh.name, t.name, r)
+				s := measure(cmdFor(t, "upload", src, prefix))
+				log.Printf("upload   %-11s %-6s run %d: %6.2fs cpu %6.2fs rss %4d MiB", sh.name, t.name, r, s.wall.Seconds(), s.cpu.Seconds(), s.rssKiB>>10)
+				if n := count(ctx, client, prefix); n < sh.files {
+					log.Fatalf("%s uploaded %d of %d objects", t.name, n, sh.files)
+				}
+				results[key{sh.name, "upload", t.name}] = append(results[key{sh.name, "upload", t.name}], s)
+				removePrefix(ctx, client, prefix, dataDir)
+			}
+		}
+		// Download: one source prefix (without a manifest, so every tool
+		// fetches the same objects), into a fresh directory each run.
+		srcPrefix := "src/" + sh.name + "/"
+		up := cmdFor(tools[0], "upload", src, srcPrefix)
+		up.Stdout, up.Stderr = io.Discard, os.Stderr
+		check(up.Run())
+		check(client.RemoveObject(ctx, bucket, srcPrefix+"_kdefer/manifest.json", minio.RemoveObjectOptions{}))
+		for r := range *runs {
+			for i := range tools {
+				t := tools[(i+r)%len(tools)]
+				dst := filepath.Join(work, "dl", t.name)
+				check(os.RemoveAll(dst))
+				check(os.MkdirAll(dst, 0o755))
+				s := measure(cmdFor(t, "download", dst, srcPrefix))
+				log.Printf("download %-11s %-6s run %d: %6.2fs cpu %6.2fs rss %4d MiB", sh.name, t.name, r, s.wall.Seconds(), s.cpu.Seconds(), s.rssKiB>>10)
+				if n := countFiles(dst); n != sh.files {
+					log.Fatalf("%s downloaded %d of %d files", t.name, n, sh.files)
+				}
+				results[key{sh.name, "download", t.name}] = append(results[key{sh.name, "download", t.name}], s)
+				check(os.RemoveAll(dst))
+			}
+		}
+		removePrefix(ctx, client, srcPrefix, dataDir)
+		check(os.RemoveAll(src))
+	}
+
+	report(selected, tools, results, bytesOf, minioBin, mcBin, s5Bin, kbin)
+}
+
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startMinIO(bin, addr, dir string) *exec.Cmd {
+	c := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", freeAddr(), dir)
+	c.Env = append(os.Environ(), "MINIO_ROOT_USER="+accessKey, "MINIO_ROOT_PASSWORD="+secretKey, "MINIO_BROWSER=off", "MINIO_UPDATE=off")
+	c.Stdout, c.Stderr = io.Discard, os.Stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	check(c.Start())
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return c
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // poll the readiness endpoint
+	}
+	log.Fatal("minio did not become ready")
+	return nil
+}
+
+// generate writes incompressible files; nested directories for many files.
+func generate(dir string, sh shape) {
+	r := rand.New(rand.NewPCG(uint64(sh.files), uint64(sh.size)))
+	buf := make([]byte, min(sh.size, 4<<20))
+	for i := range sh.files {
+		p := filepath.Join(dir, fmt.Sprintf("d%02d", i%sh.dirs), fmt.Sprintf("s%02d", (i/sh.dirs)%sh.sub), fmt.Sprintf("f%05d.dat", i))
+		check(os.MkdirAll(filepath.Dir(p), 0o755))
+		f, err := os.Create(p)
+		check(err)
+		w := bufio.NewWriterSize(f, 1<<20)
+		for left := sh.size; left > 0; {
+			n := min(left, int64(len(buf)))
+			for j := 0; j < int(n); j += 8 {
+				v := r.Uint64()
+				for k := 0; k < 8 && j+k < int(n); k++ {
+					buf[j+k] = byte(v >> (8 * k))
+				}
+			}
+			_, err := w.Write(buf[:n])
+			check(err)
+			left -= n
+		}
+		check(w.Flush())
+		check(f.Close())
+	}
+}
+
+func measure(c *exec.Cmd) sample {
+	var out strings.Builder
+	c.Stdout, c.Stderr = &out, &out
+	start := time.Now()
+	if err := c.Run(); err != nil {
+		log.Fatalf("%s: %v\n%s", strings.Join(c.Args, " "), err, tail(out.String(), 3000))
+	}
+	wall := time.Since(start)
+	ru := c.ProcessState.SysUsage().(*syscall.Rusage)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return sample{wall: wall, cpu: cpu, rssKiB: ru.Maxrss}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func count(ctx context.Context, c *minio.Client, prefix string) int {
+	n := 0
+	for o := range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		check(o.Err)
+		n++
+	}
+	return n
+}
+
+func countFiles(dir string) int {
+	n := 0
+	check(filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return err
+	}))
+	return n
+}
+
+// removePrefix deletes a prefix and purges MinIO's trash, which otherwise
+// piles up (tens of GB in a benchmark).
+func removePrefix(ctx context.Context, c *minio.Client, prefix, dataDir string) {
+	objs := c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true})
+	for e := range c.RemoveObjects(ctx, bucket, objs, minio.RemoveObjectsOptions{}) {
+		check(e.Err)
+	}
+	trash := filepath.Join(dataDir, ".minio.sys", "tmp", ".trash")
+	entries, _ := os.ReadDir(trash)
+	for _, e := range entries {
+		_ = os.RemoveAll(filepath.Join(trash, e.Name()))
+	}
+}
+
+type stat struct {
+	wall, cpu time.Duration
+	rssMiB    float64
+}
+
+func median(ss []sample) stat {
+	walls := make([]time.Duration, len(ss))
+	cpus := make([]time.Duration, len(ss))
+	rss := make([]int64, len(ss))
+	for i, s := range ss {
+		walls[i], cpus[i], rss[i] = s.wall, s.cpu, s.rssKiB
+	}
+	sort.Slice(walls, func(i, j int) bool { return walls[i] < walls[j] })
+	sort.Slice(cpus, func(i, j int) bool { return cpus[i] < cpus[j] })
+	sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
+	m := len(ss) / 2
+	return stat{wall: walls[m], cpu: cpus[m], rssMiB: float64(rss[len(rss)-1]) / 1024} // peak RSS: the worst run
+}
+
+func versionOf(bin string, args ...string) string {
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		return "unknown"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+func report(selected []shape, tools []tool, results map[key][]sample, bytesOf map[string]int64, minioBin, mcBin, s5Bin, kbin string) {
+	var md strings.Builder
+	host, _ := os.Hostname()
+	cpuModel := "unknown"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				_, cpuModel, _ = strings.Cut(l, ": ")
+				break
+			}
+		}
+	}
+	var memKiB int64
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		fmt.Sscanf(string(data), "MemTotal: %d kB", &memKiB)
+	}
+	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	fmt.Fprintf(&md, "# kdefer-stage benchmark\n\nGenerated by `make bench-stage` (test/bench/stage). Do not edit by hand.\n\n")
+	fmt.Fprintf(&md, "- Date: %s\n- Machine: %s, %d CPUs (%s), %.1f GiB RAM, %s/%s\n", time.Now().UTC().Format(time.RFC3339), host, runtime.NumCPU(), strings.TrimSpace(cpuModel), float64(memKiB)/(1<<20), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(&md, "- Versions: kdefer %s (%s), MinIO `%s`, mc `%s`, s5cmd `%s`\n", strings.TrimSpace(string(commit)), runtime.Version(), versionOf(minioBin, "--version"), versionOf(mcBin, "--version"), versionOf(s5Bin, "version"))
+	fmt.Fprintf(&md, "- Method: one MinIO on 127.0.0.1 (client and server share the CPUs), data in page cache, %d runs per cell alternating tool order, median wall time and CPU, peak RSS of the worst run; client CPU = user+sys of the tool's process (rusage), RSS = its maxrss. Each tool uses its default concurrency (kdefer-stage 16).\n\n", *runs)
+	fmt.Fprintf(&md, "| shape | op | tool | wall s | MB/s | files/s | client CPU s/GB | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n")
+	var lines []string
+	for _, sh := range selected {
+		for _, op := range []string{"upload", "download"} {
+			st := map[string]stat{}
+			for _, t := range tools {
+				st[t.name] = median(results[key{sh.name, op, t.name}])
+				s := st[t.name]
+				gb := float64(bytesOf[sh.name]) / 1e9
+				fmt.Fprintf(&md, "| %s | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f |\n", sh.name, op, t.name, s.wall.Seconds(),
+					float64(bytesOf[sh.name])/1e6/s.wall.Seconds(), float64(sh.files)/s.wall.Seconds(), s.cpu.Seconds()/gb, s.rssMiB)
+			}
+			k := st["kdefer"]
+			for _, vs := range []string{"s5cmd", "mc"} {
+				o := st[vs]
+				line := fmt.Sprintf("RESULT shape=%s op=%s vs=%s throughput_ratio=%.2f cpu_ratio=%.2f rss_mib=%.0f",
+					sh.name, op, vs, o.wall.Seconds()/k.wall.Seconds(), k.cpu.Seconds()/o.cpu.Seconds(), k.rssMiB)
+				if vs == "s5cmd" {
+					fmt.Println(line)
+				}
+				lines = append(lines, line)
+			}
+		}
+	}
+	fmt.Fprintf(&md, "\nRatios (kdefer-stage against each peer: throughput_ratio > 1 is faster, cpu_ratio < 1 is cheaper):\n\n```\n%s\n```\n", strings.Join(lines, "\n"))
+	check(os.WriteFile(*resultMD, []byte(md.String()), 0o644))
+	log.Printf("wrote %s", *resultMD)
+}
