@@ -106,37 +106,53 @@ func main() {
 	}
 
 	if *push != "" {
-		for _, b := range imgs {
-			ref, err := name.NewTag(strings.TrimSuffix(*push, "/") + "/" + b.name + ":" + b.tag)
-			if err != nil {
-				fatalf("%v", err)
-			}
-			if err := remote.Write(ref, b.img, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-				fatalf("push %s: %v", ref, err)
-			}
-			d, _ := b.img.Digest()
-			fmt.Printf("pushed %s@%s\n", ref, d)
+		if err := pushAll(imgs, *push, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			fatalf("%v", err)
 		}
 		return
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := writeAll(imgs, *out); err != nil {
 		fatalf("%v", err)
+	}
+}
+
+// pushAll pushes every image as REPO/NAME:TAG.
+func pushAll(imgs []built, repo string, opts ...remote.Option) error {
+	for _, b := range imgs {
+		ref, err := name.NewTag(strings.TrimSuffix(repo, "/") + "/" + b.name + ":" + b.tag)
+		if err != nil {
+			return err
+		}
+		if err := remote.Write(ref, b.img, opts...); err != nil {
+			return fmt.Errorf("push %s: %w", ref, err)
+		}
+		d, _ := b.img.Digest()
+		fmt.Printf("pushed %s@%s\n", ref, d)
+	}
+	return nil
+}
+
+// writeAll writes DIR/NAME.tar (docker archive tagged LocalRepo/NAME:TAG) and DIR/NAME.ref for every image.
+func writeAll(imgs []built, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
 	for _, b := range imgs {
 		ref, err := name.NewTag(LocalRepo + "/" + b.name + ":" + b.tag)
 		if err != nil {
-			fatalf("%v", err)
+			return err
 		}
-		file := filepath.Join(*out, b.name+".tar")
+		file := filepath.Join(dir, b.name+".tar")
 		if err := writeAtomic(file, func(f string) error { return tarball.WriteToFile(f, ref, b.img) }); err != nil {
-			fatalf("write %s: %v", file, err)
+			return fmt.Errorf("write %s: %w", file, err)
 		}
-		if err := os.WriteFile(filepath.Join(*out, b.name+".ref"), []byte(ref.String()+"\n"), 0o644); err != nil {
-			fatalf("%v", err)
+		if err := os.WriteFile(filepath.Join(dir, b.name+".ref"), []byte(ref.String()+"\n"), 0o644); err != nil {
+			return err
 		}
 		d, _ := b.img.Digest()
 		fmt.Printf("%-50s %s %s\n", ref.String(), file, d)
 	}
+	return nil
 }
 
 type built struct {

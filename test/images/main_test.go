@@ -1,0 +1,92 @@
+package main
+
+import (
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func TestPauseImageTarballAndPush(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pauseImage(root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := pauseImage(root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := p.img.Digest()
+	d2, _ := p2.img.Digest()
+	if d1 != d2 {
+		t.Errorf("pause image not reproducible: %s != %s", d1, d2)
+	}
+	cf, err := p.img.ConfigFile()
+	if err != nil || cf.OS != "linux" || len(cf.Config.Entrypoint) != 1 || cf.Config.Entrypoint[0] != "/pause" {
+		t.Fatalf("config %+v %v", cf, err)
+	}
+
+	// The tarball is a docker archive tagged kdefer.io/pause:1.0, with a .ref beside it.
+	dir := t.TempDir()
+	if err := writeAll([]built{p}, dir); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := os.ReadFile(filepath.Join(dir, "pause.ref"))
+	if err != nil || strings.TrimSpace(string(ref)) != LocalRepo+"/pause:"+PauseTag {
+		t.Fatalf("ref %q %v", ref, err)
+	}
+	tag, _ := name.NewTag(strings.TrimSpace(string(ref)))
+	back, err := tarball.ImageFromPath(filepath.Join(dir, "pause.tar"), &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := back.Digest(); d != d1 {
+		t.Errorf("tarball digest %s, want %s", d, d1)
+	}
+
+	// --push: an in-process registry on loopback receives the same image.
+	srv := httptest.NewServer(registry.New())
+	defer srv.Close()
+	repo := strings.TrimPrefix(srv.URL, "http://") + "/kdefer"
+	if err := pushAll([]built{p}, repo); err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := name.ParseReference(repo + "/pause:" + PauseTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Image(pushed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := pulled.Digest(); d != d1 {
+		t.Errorf("pushed digest %s, want %s", d, d1)
+	}
+}
+
+func TestBusyboxImage(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("no /bin/busybox (test/cluster/cluster.sh deps installs busybox-static)")
+	}
+	b, err := busyboxImage("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.tag, "1.") {
+		t.Errorf("tag %q", b.tag)
+	}
+	layers, err := b.img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %v %v", layers, err)
+	}
+}
