@@ -2,7 +2,8 @@
 # A real single-node Kubernetes cluster on this machine, for kdefer's e2e tier,
 # `make demo` and manual use. See docs/cluster.md.
 #
-#   cluster.sh up            start (cleaning up any previous run first); waits for a Ready node
+#   cluster.sh up            start (after cleaning up any previous run) and wait for a Ready node;
+#                            a healthy running cluster is kept (only changed images are imported)
 #   cluster.sh down          stop everything; leaves no process, mount, netns, bridge, cgroup or chain
 #   cluster.sh status        component pids and node state (exit 0 when the cluster answers)
 #   cluster.sh env           shell exports (KUBECONFIG=...) for the running cluster
@@ -565,6 +566,8 @@ leftovers() {
 up() {
 	need_root
 	local t0=$SECONDS
+	# unix socket paths (containerd, kubelet plugins) must stay under 108 bytes
+	[ ${#DIR} -le 60 ] || die "KDEFER_CLUSTER_DIR=$DIR is too long for unix socket paths (max 60 characters): set a shorter one"
 	deps
 	binaries
 	# Already up and healthy: keep it (and its objects); import changed images.
@@ -678,5 +681,5 @@ restart) need_root; stop_proc "${1:?component}" "${2:-10}"; start_component "$1"
 logs) logs "$@" ;;
 ctr) ctr_ "$@" ;;
 _) "$@" ;; # internal: run one function (debugging)
-*) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
