@@ -363,6 +363,10 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 			AllowPrivilegeEscalation: ptr(false),
 			ReadOnlyRootFilesystem:   ptr(true),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			// Meets the restricted Pod Security Standard even when the pod
+			// sets seccomp per container. The user is the pod's (or the
+			// image's), so stage-in writes files the main containers own.
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
 	if pol.Credentials != nil {
