@@ -29,6 +29,8 @@ type document struct {
 }
 
 func (d *document) isJob() bool { return d.kind == "Job" && d.apiVer == "batch/v1" }
+
+func (d *document) isCronJob() bool { return d.kind == "CronJob" && d.apiVer == "batch/v1" }
 func (d *document) isPolicy() bool {
 	return d.kind == "DeferPolicy" && d.apiVer == v1.GroupVersion.String()
 }
@@ -124,12 +126,32 @@ func stripComments(b []byte) []byte {
 	return bytes.Join(out, []byte("\n"))
 }
 
+// job returns the Job of a Job document, or the Job a CronJob document's
+// jobTemplate stands for (named and namespaced as the CronJob).
 func (d *document) job() (*batchv1.Job, error) {
+	if d.isCronJob() {
+		cj, err := d.cronJob()
+		if err != nil {
+			return nil, err
+		}
+		t := cj.Spec.JobTemplate
+		j := &batchv1.Job{ObjectMeta: *t.ObjectMeta.DeepCopy(), Spec: *t.Spec.DeepCopy()}
+		j.Name, j.Namespace = cj.Name, cj.Namespace
+		return j, nil
+	}
 	var j batchv1.Job
 	if err := json.Unmarshal(d.json, &j); err != nil {
 		return nil, fmt.Errorf("%s: %w", d, err)
 	}
 	return &j, nil
+}
+
+func (d *document) cronJob() (*batchv1.CronJob, error) {
+	var cj batchv1.CronJob
+	if err := json.Unmarshal(d.json, &cj); err != nil {
+		return nil, fmt.Errorf("%s: %w", d, err)
+	}
+	return &cj, nil
 }
 
 // policies indexes the DeferPolicies of the input.

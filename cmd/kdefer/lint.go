@@ -46,7 +46,7 @@ func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 			for _, e := range v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec")) {
 				problems = append(problems, e.Error())
 			}
-		case d.isJob():
+		case d.isJob() || d.isCronJob():
 			j, err := d.job()
 			if err != nil {
 				problems = append(problems, err.Error())

@@ -152,3 +152,21 @@ testdata/policy-job.yaml#2: Job physics/uses-policy: ok
 		t.Errorf("lint of a good Job: exit %d:\n%s", code, out)
 	}
 }
+
+func TestRenderCronJob(t *testing.T) {
+	out, stderr, code := run(t, "render", "-f", "testdata/cronjob.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var cj batchv1.CronJob
+	if err := yaml.Unmarshal([]byte(out), &cj); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := cj.Spec.JobTemplate.Spec.Template
+	if cj.Spec.Schedule != "0 2 * * *" || tmpl.Labels["kdefer.io/managed"] != "true" || len(tmpl.Finalizers) != 1 {
+		t.Errorf("CronJob jobTemplate not rendered:\n%s", out)
+	}
+	if out2, _, _ := runWithStdin(t, out, "lint", "-f", "-"); !strings.Contains(out2, "CronJob physics/nightly: ok") {
+		t.Errorf("lint of the rendered CronJob:\n%s", out2)
+	}
+}

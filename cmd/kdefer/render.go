@@ -38,9 +38,10 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "render -f job.yaml",
 		Short: "Render Jobs for kdefer offline and write them to stdout",
-		Long: `Render every batch/v1 Job of the input that opts in to kdefer (label
-kdefer.io/enabled=true or any kdefer.io annotation) as kdefer's webhook would,
-and write all documents to stdout; other documents pass through unchanged.
+		Long: `Render every batch/v1 Job (and CronJob jobTemplate) of the input that opts in
+to kdefer (label kdefer.io/enabled=true or any kdefer.io annotation) as
+kdefer's webhook would, and write all documents to stdout; other documents
+pass through unchanged.
 A Job that names a DeferPolicy needs that policy in the input.
 
   kdefer render -f job.yaml | kubectl apply -f -
@@ -69,7 +70,7 @@ func runRender(stdin io.Reader, stdout, stderr io.Writer, f *renderFlags) error 
 		if i > 0 {
 			out.WriteString("---\n")
 		}
-		if !d.isJob() {
+		if !d.isJob() && !d.isCronJob() {
 			out.Write(bytes.TrimRight(d.raw, "\n"))
 			out.WriteString("\n")
 			continue
@@ -110,19 +111,30 @@ func renderDocument(d *document, ps policies, opts render.Options) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	before, err := json.Marshal(j)
+	var before, after any = j, r
+	var schema any = batchv1.Job{}
+	if d.isCronJob() {
+		cj, err := d.cronJob()
+		if err != nil {
+			return nil, err
+		}
+		rendered := cj.DeepCopy()
+		rendered.Spec.JobTemplate.Spec = r.Spec
+		before, after, schema = cj, rendered, batchv1.CronJob{}
+	}
+	beforeJSON, err := json.Marshal(before)
 	if err != nil {
 		return nil, err
 	}
-	after, err := json.Marshal(r)
+	afterJSON, err := json.Marshal(after)
 	if err != nil {
 		return nil, err
 	}
-	patch, err := strategicpatch.CreateTwoWayMergePatch(before, after, batchv1.Job{})
+	patch, err := strategicpatch.CreateTwoWayMergePatch(beforeJSON, afterJSON, schema)
 	if err != nil {
 		return nil, err
 	}
-	merged, err := strategicpatch.StrategicMergePatch(d.json, patch, batchv1.Job{})
+	merged, err := strategicpatch.StrategicMergePatch(d.json, patch, schema)
 	if err != nil {
 		return nil, err
 	}
