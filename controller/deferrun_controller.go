@@ -280,20 +280,13 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	return true, nil
 }
 
-// startDeferPod creates the PDB, then the defer pod. Both have fixed names,
-// so a pass after a crash finds them instead of creating more.
+// startDeferPod creates the defer pod, then its PDB. Both have fixed names,
+// so a pass after a crash finds them instead of creating more. The pod goes
+// first because it is what the reaction time is measured to; the PDB only
+// matters once the pod runs (the Eviction API ignores budgets for Pending
+// pods), seconds later, and ensurePDB re-creates it if a crash came between.
 func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState) error {
 	run := s.run
-	pdb := BuildDeferPDB(run)
-	existing := &policyv1.PodDisruptionBudget{}
-	if err := r.client.Get(ctx, client.ObjectKeyFromObject(pdb), existing); apierrors.IsNotFound(err) {
-		if err := r.client.Create(ctx, pdb); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		Metrics.Writes.WithLabelValues("pdb").Inc()
-	} else if err != nil {
-		return err
-	}
 	pod := BuildDeferPod(run, r.opts)
 	log.FromContext(ctx).Info("creating defer pod", "pod", pod.Name, "node", pod.Spec.NodeName, "trigger", run.Spec.Trigger)
 	if err := r.client.Create(ctx, pod); err != nil {
@@ -303,7 +296,10 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState) error {
 		return err
 	}
 	Metrics.Writes.WithLabelValues("defer-pod").Inc()
-	Metrics.Reaction.Observe(s.now.Sub(s.status.TriggeredAt.Time).Seconds())
+	Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())
+	if err := r.ensurePDB(ctx, run); err != nil {
+		return err
+	}
 	s.status.DeferPodName = pod.Name
 	if s.status.StartTime == nil {
 		s.status.StartTime = &metav1.Time{Time: s.now}
@@ -316,9 +312,28 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState) error {
 	return nil
 }
 
+// ensurePDB creates the defer pod's PodDisruptionBudget if it is missing.
+func (r *RunReconciler) ensurePDB(ctx context.Context, run *v1.DeferRun) error {
+	pdb := BuildDeferPDB(run)
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(pdb), &policyv1.PodDisruptionBudget{})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := r.client.Create(ctx, pdb); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	Metrics.Writes.WithLabelValues("pdb").Inc()
+	return nil
+}
+
 // observe reads the defer pod's status into the run and finishes the run
 // when the pod says it is over.
 func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Pod) error {
+	if !podTerminal(pod) && pod.DeletionTimestamp == nil {
+		if err := r.ensurePDB(ctx, s.run); err != nil {
+			return err
+		}
+	}
 	o := Observe(pod, *s.run.Spec.Policy.RetryLimit)
 	s.status.DeferPodName = pod.Name
 	if s.status.StartTime == nil {

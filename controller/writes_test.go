@@ -114,8 +114,8 @@ func TestWritesPerRun(t *testing.T) {
 		"create DeferRun ns/j-x",                          // arm
 		"patch PersistentVolumeClaim ns/j-x-kdefer-work",  // arm: second owner
 		"update DeferRun ns/j-x",                          // trigger
-		"create PodDisruptionBudget ns/j-x-defer",         // so drain waits
 		"create Pod ns/j-x-defer",                         // the defer pod
+		"create PodDisruptionBudget ns/j-x-defer",         // so drain waits
 		"update DeferRun ns/j-x/status",                   // StagingOut
 		"delete PersistentVolumeClaim ns/j-x-kdefer-work", // release
 		"update DeferRun ns/j-x/status",                   // Succeeded

@@ -1,0 +1,477 @@
+// Command controller benchmarks kdefer's controller on a real kube-apiserver
+// (envtest binaries; `make bench-controller`): 10,000 managed pods watched,
+// 1,000 of them terminating at once, then a steady 20 terminations a second.
+// The kubelet is simulated by status writes. It prints one line:
+//
+//	RESULT bench=controller p50_ms=.. p99_ms=.. steady_p99_ms=.. heap_mib_per_10k=.. unmanaged_heap_mib=.. writes_per_run=..
+//
+// p50/p99: burst reaction time, from the status write that ends a pod to the
+// bench's watch seeing its defer pod; steady_p99: the same at the steady
+// rate; heap_mib_per_10k: the manager's heap growth per 10,000 armed pods;
+// unmanaged_heap_mib: its growth with 10,000 unmanaged pods present;
+// writes_per_run: the manager's API writes per pod, from creation to release.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/zerologr"
+	"github.com/rs/zerolog"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller"
+	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/controller/webhook"
+	"github.com/kdefer/kdefer/test/envtest"
+)
+
+var (
+	nPods      = flag.Int("pods", 10000, "managed pods")
+	nBurst     = flag.Int("burst", 1000, "pods terminating at once")
+	nUnmanaged = flag.Int("unmanaged", 10000, "unmanaged pods")
+	steadyRate = flag.Int("steady-rate", 20, "terminations per second in the steady phase")
+	steadyFor  = flag.Duration("steady-for", 10*time.Second, "length of the steady phase")
+	workers    = flag.Int("workers", 16, "manager workers per controller")
+	podsPerJob = flag.Int("pods-per-job", 100, "managed pods per Job")
+	verbose    = flag.Bool("v", false, "manager logs on stderr")
+)
+
+const ns = "bench"
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run() error {
+	var w io.Writer = io.Discard
+	if *verbose {
+		w = os.Stderr
+	}
+	zl := zerolog.New(w).With().Timestamp().Logger()
+	ctrl.SetLogger(zerologr.New(&zl))
+
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run 'make envtest-assets' (make bench-controller does)")
+	}
+	te := &ctrlenvtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(envtest.RepoRoot(), "deploy", "crd")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+		Scheme:                controller.Scheme(),
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		return fmt.Errorf("starting apiserver: %w", err)
+	}
+	defer func() { _ = te.Stop() }()
+	cfg.QPS, cfg.Burst = 5000, 10000
+	c, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	if err := c.Create(ctx, node); err != nil {
+		return err
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := c.Status().Update(ctx, node); err != nil {
+		return err
+	}
+
+	// The manager, with its writes counted.
+	writes := &kt.WriteCounter{}
+	mcfg := *cfg
+	mgr, err := controller.NewManager(ctx, &mcfg, controller.ManagerOptions{
+		MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: webhook.Options{Disabled: true},
+		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:bench"}, Workers: *workers},
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			logf("manager: %v", err)
+		}
+	}()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return fmt.Errorf("manager caches did not sync")
+	}
+
+	// The bench's own watch: defer pods appearing, runs armed and finished.
+	seen := newWatcher()
+	wc, err := cache.New(cfg, cache.Options{Scheme: controller.Scheme(), ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelManaged: controller.LabelManagedDefer})},
+	}})
+	if err != nil {
+		return err
+	}
+	if err := seen.watch(ctx, wc); err != nil {
+		return err
+	}
+	go func() { _ = wc.Start(ctx) }()
+	if !wc.WaitForCacheSync(ctx) {
+		return fmt.Errorf("bench cache did not sync")
+	}
+
+	h0 := heapMiB()
+	logf("creating %d unmanaged pods", *nUnmanaged)
+	if err := parallel(*nUnmanaged, 32, func(i int) error {
+		p := kt.MakePod(fmt.Sprintf("u-%05d", i), ns).OnNode("n1").NoFinalizer().Obj()
+		p.UID, p.Labels, p.Annotations, p.Status = "", nil, nil, corev1.PodStatus{}
+		p.Spec.Volumes, p.Spec.Containers[0].VolumeMounts = nil, nil
+		return c.Create(ctx, p)
+	}); err != nil {
+		return err
+	}
+	time.Sleep(3 * time.Second) // nothing should arrive; give it the chance to
+	h1 := heapMiB()
+	unmanaged := h1 - h0
+	logf("heap %.1f MiB -> %.1f MiB with unmanaged pods", h0, h1)
+
+	logf("creating %d managed pods with their Jobs and work PVCs", *nPods)
+	jobs := (*nPods + *podsPerJob - 1) / *podsPerJob
+	jobUIDs := make([]types.UID, jobs)
+	if err := parallel(jobs, 16, func(i int) error {
+		j := kt.MakeJob(fmt.Sprintf("job-%04d", i), ns).Obj()
+		j.UID = ""
+		j.Labels = map[string]string{v1.LabelEnabled: "true"}
+		j.Spec.Template.Labels = map[string]string{"job": j.Name}
+		j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"job": j.Name}}
+		j.Spec.ManualSelector = ptr.To(true)
+		if err := c.Create(ctx, j); err != nil {
+			return err
+		}
+		jobUIDs[i] = j.UID
+		return nil
+	}); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := parallel(*nPods, 32, func(i int) error {
+		j := i / *podsPerJob
+		p := kt.MakePod(podName(i), ns).OnNode("n1").OwnedByJob(fmt.Sprintf("job-%04d", j), jobUIDs[j]).Obj()
+		p.UID, p.Status = "", corev1.PodStatus{}
+		if err := c.Create(ctx, p); err != nil {
+			return err
+		}
+		if err := kt.SetRunning(ctx, c, p); err != nil {
+			return err
+		}
+		return c.Create(ctx, kt.ClaimFor(p, v1.DefaultWorkVolumeName))
+	}); err != nil {
+		return err
+	}
+	logf("created in %s; waiting for every pod to be armed", time.Since(start).Round(time.Millisecond))
+	if err := waitFor(ctx, 10*time.Minute, func() bool {
+		n := writes.Count(func(w kt.Write) bool { return w.Kind == "PersistentVolumeClaim" && w.Verb == "patch" })
+		return n >= *nPods
+	}); err != nil {
+		return fmt.Errorf("arming: %w", err)
+	}
+	logf("armed in %s", time.Since(start).Round(time.Millisecond))
+	h2 := heapMiB()
+	perTenK := (h2 - h1) * 10000 / float64(*nPods)
+	logf("heap %.1f MiB with %d armed pods", h2, *nPods)
+
+	// Burst: nBurst pods end at once.
+	logf("terminating %d pods at once", *nBurst)
+	burst := make([]int, *nBurst)
+	for i := range burst {
+		burst[i] = i
+	}
+	if err := terminate(ctx, c, seen, burst, 64); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 5*time.Minute, func() bool { return seen.count(burst) == len(burst) }); err != nil {
+		return fmt.Errorf("burst: %d of %d defer pods: %w", seen.count(burst), len(burst), err)
+	}
+	bl := seen.latencies(burst)
+	logf("burst: p50 %s p99 %s max %s", pct(bl, 50), pct(bl, 99), pct(bl, 100))
+
+	// Steady: steadyRate terminations a second.
+	n := int(steadyFor.Seconds()) * *steadyRate
+	steady := make([]int, 0, n)
+	for i := 0; i < n && *nBurst+i < *nPods; i++ {
+		steady = append(steady, *nBurst+i)
+	}
+	logf("terminating %d pods at %d/s", len(steady), *steadyRate)
+	tick := time.NewTicker(time.Second / time.Duration(*steadyRate))
+	var wg sync.WaitGroup
+	for _, i := range steady {
+		<-tick.C
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if err := terminate(ctx, c, seen, []int{i}, 1); err != nil {
+				logf("terminate %d: %v", i, err)
+			}
+		}(i)
+	}
+	tick.Stop()
+	wg.Wait()
+	if err := waitFor(ctx, 2*time.Minute, func() bool { return seen.count(steady) == len(steady) }); err != nil {
+		return fmt.Errorf("steady: %w", err)
+	}
+	sl := seen.latencies(steady)
+	logf("steady: p50 %s p99 %s", pct(sl, 50), pct(sl, 99))
+
+	// Finish the steady phase's defer pods and count the writes of those
+	// runs from creation to release.
+	logf("finishing %d defer pods", len(steady))
+	if err := parallel(len(steady), 16, func(k int) error {
+		name := podName(steady[k]) + "-defer"
+		for {
+			p := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+				return err
+			}
+			kt.FinishDeferPod(p, 0, 0, &v1.StageSummary{Op: "out", Bytes: 1 << 20, Objects: 4}, false)
+			err := c.Status().Update(ctx, p)
+			if err == nil {
+				return nil
+			}
+			if !strings.Contains(err.Error(), "modified") {
+				return err
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 3*time.Minute, func() bool { return released(ctx, c, steady) }); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	time.Sleep(2 * time.Second) // let the Job summaries settle
+	perRun := writesPerRun(writes.Writes(), steady)
+	fmt.Printf("RESULT bench=controller p50_ms=%d p99_ms=%d steady_p99_ms=%d heap_mib_per_10k=%.1f unmanaged_heap_mib=%.1f writes_per_run=%.1f\n",
+		pct(bl, 50).Milliseconds(), pct(bl, 99).Milliseconds(), pct(sl, 99).Milliseconds(), perTenK, unmanaged, perRun)
+	return nil
+}
+
+func podName(i int) string { return fmt.Sprintf("m-%05d", i) }
+
+// terminate writes the Succeeded status of the pods, as the kubelet would.
+func terminate(ctx context.Context, c client.Client, seen *watcher, idx []int, par int) error {
+	return parallel(len(idx), par, func(k int) error {
+		name := podName(idx[k])
+		for {
+			p := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+				return err
+			}
+			kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "")
+			err := c.Status().Update(ctx, p)
+			if err == nil {
+				seen.ended(name + "-defer")
+				return nil
+			}
+			if !strings.Contains(err.Error(), "modified") {
+				return err
+			}
+		}
+	})
+}
+
+func released(ctx context.Context, c client.Client, idx []int) bool {
+	for _, i := range idx {
+		p := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: podName(i)}, p); err != nil {
+			return false
+		}
+		if len(p.Finalizers) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// writesPerRun: the writes on the runs' own objects, plus their share of the
+// Job summary writes.
+func writesPerRun(all []kt.Write, idx []int) float64 {
+	names := map[string]bool{}
+	jobs := map[string]int{}
+	for _, i := range idx {
+		names[podName(i)] = true
+		jobs[fmt.Sprintf("job-%04d", i / *podsPerJob)]++
+	}
+	own, jobWrites := 0, 0
+	for _, w := range all {
+		base := strings.TrimSuffix(strings.TrimSuffix(w.Name, "-defer"), "-"+v1.DefaultWorkVolumeName)
+		if names[base] {
+			own++
+		}
+		if w.Kind == "Job" && jobs[w.Name] > 0 {
+			jobWrites++
+		}
+	}
+	// Job writes are shared with the burst's runs of the same Jobs; charge
+	// them all to these runs (an upper bound).
+	return float64(own+jobWrites) / float64(len(idx))
+}
+
+type watcher struct {
+	mu    sync.Mutex
+	end   map[string]time.Time
+	added map[string]time.Time
+}
+
+func newWatcher() *watcher {
+	return &watcher{end: map[string]time.Time{}, added: map[string]time.Time{}}
+}
+
+func (w *watcher) watch(ctx context.Context, c cache.Cache) error {
+	inf, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			w.mu.Lock()
+			if _, dup := w.added[p.Name]; !dup {
+				w.added[p.Name] = time.Now()
+			}
+			w.mu.Unlock()
+		}
+	}})
+	return err
+}
+
+func (w *watcher) ended(deferPod string) {
+	w.mu.Lock()
+	w.end[deferPod] = time.Now()
+	w.mu.Unlock()
+}
+
+func (w *watcher) count(idx []int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, i := range idx {
+		if _, ok := w.added[podName(i)+"-defer"]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *watcher) latencies(idx []int) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []time.Duration
+	for _, i := range idx {
+		name := podName(i) + "-defer"
+		a, ok1 := w.added[name]
+		e, ok2 := w.end[name]
+		if ok1 && ok2 {
+			d := a.Sub(e)
+			if d < 0 {
+				d = 0
+			}
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := (len(d)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	if i > len(d) {
+		i = len(d)
+	}
+	return d[i-1]
+}
+
+func heapMiB() float64 {
+	var m runtime.MemStats
+	for i := 0; i < 2; i++ {
+		runtime.GC()
+	}
+	debug.FreeOSMemory()
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc) / (1 << 20)
+}
+
+func parallel(n, par int, f func(i int) error) error {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("timed out after %s", timeout)
+}
+
+var _ = batchv1.JobNameLabel
