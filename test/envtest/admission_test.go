@@ -255,7 +255,7 @@ const kdeferSA = "system:serviceaccount:kdefer-system:kdefer-controller"
 
 func testRetainPolicy(t *testing.T, env *envtest.Env) {
 	ctx := context.Background()
-	envtest.Apply(t, env.Client, envtest.ReadObjects(t, "deploy/policy/retain-work-volumes.yaml")...)
+	env.InstallRetainPolicy(t)
 	ns := namespace(t, env, "retain")
 	// Everyone here may delete PVCs as far as RBAC goes; only the policy stands in the way.
 	gc := env.Impersonate(t, "system:serviceaccount:kube-system:generic-garbage-collector", "system:masters")
@@ -278,20 +278,6 @@ func testRetainPolicy(t *testing.T, env *envtest.Env) {
 	}
 	podOwner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "sim-abc", UID: "pod-uid", Controller: ptr(true), BlockOwnerDeletion: ptr(true)}
 	runOwner := metav1.OwnerReference{APIVersion: v1.GroupVersion.String(), Kind: "DeferRun", Name: "sim-abc", UID: "run-uid"}
-
-	// The policy takes effect once the apiserver has loaded it.
-	canary := pvc("canary", true, podOwner)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := gc.Delete(ctx, canary, client.DryRunAll)
-		if err != nil && strings.Contains(err.Error(), "kdefer-retain-work-volumes") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("policy not enforced after 30s (last dry-run delete: %v)", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 
 	cases := []struct {
 		name    string

@@ -8,8 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
@@ -109,4 +115,40 @@ func (e *Env) Impersonate(t testing.TB, user string, groups ...string) client.Cl
 		t.Fatal(err)
 	}
 	return c
+}
+
+// RetainPolicyPath is the ValidatingAdmissionPolicy (and binding) that
+// guards work PVCs while kdefer is down.
+const RetainPolicyPath = "deploy/policy/retain-work-volumes.yaml"
+
+// InstallRetainPolicy applies deploy/'s retained-volume admission policy and
+// waits until the apiserver enforces it (policies load asynchronously).
+func (e *Env) InstallRetainPolicy(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	Apply(t, e.Client, ReadObjects(t, RetainPolicyPath)...)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kdefer-policy-canary"}}
+	if err := e.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "canary", Namespace: ns.Name, Labels: map[string]string{"kdefer.io/work-volume": "canary"}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}
+	if err := e.Client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	gc := e.Impersonate(t, "system:serviceaccount:kube-system:generic-garbage-collector", "system:masters")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := gc.Delete(ctx, pvc, client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), "kdefer-retain-work-volumes") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retained-volume policy is not enforced after 30s (last dry-run delete: %v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
