@@ -204,7 +204,25 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 		}
 	}
 	volField := fmt.Sprintf("volume %q (%s)", wv.Name, v1.AnnotationWorkVolume)
+	_, nameInAnn := ann[v1.AnnotationWorkVolume]
+	_, mountInAnn := ann[v1.AnnotationWorkMountPath]
+	nameExplicit := nameInAnn || (policy != nil && policy.WorkVolume.Name != "")
+	mountExplicit := mountInAnn || (policy != nil && policy.WorkVolume.MountPath != "")
 	switch {
+	case idx < 0 && nameExplicit && !mountExplicit:
+		// Most likely a misspelt emptyDir: creating a new volume would
+		// silently stage out an empty one.
+		var have []string
+		for _, v := range spec.Volumes {
+			if v.EmptyDir != nil {
+				have = append(have, v.Name)
+			}
+		}
+		fix := fmt.Sprintf("name an existing emptyDir volume (the template has: %s), or set %s too to create a new volume there", strings.Join(have, ", "), v1.AnnotationWorkMountPath)
+		if len(have) == 0 {
+			fix = fmt.Sprintf("the template has no emptyDir volume: set %s too to create a new work volume there", v1.AnnotationWorkMountPath)
+		}
+		fail(volField, "does not exist in the pod template", fix)
 	case idx < 0:
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: wv.Name, VolumeSource: corev1.VolumeSource{
 			Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: claimTemplate(pol, nil)},

@@ -316,6 +316,8 @@ func TestRenderRefuses(t *testing.T) {
 		{name: "pvc work volume", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "data").
 			Volume(corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "x"}}}).Obj(),
 			want: []string{"is a persistentVolumeClaim volume"}},
+		{name: "volume not found", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "scrach").EmptyDir("scratch", "/scratch").Obj(),
+			want: []string{`volume "scrach" (kdefer.io/work-volume): does not exist in the pod template; fix: name an existing emptyDir volume (the template has: scratch), or set kdefer.io/work-mount-path too`}},
 		{name: "memory emptyDir", job: rt.MakeJob("j", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "data").
 			Volume(corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}).Obj(),
 			want: []string{"is a memory-backed emptyDir"}},

@@ -48,7 +48,10 @@ const (
 	// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
 	AnnotationCredentials = "kdefer.io/credentials"
 	// AnnotationWorkVolume names the pod volume that holds the outputs: an
-	// existing emptyDir volume is converted, a missing one is created.
+	// existing emptyDir volume is converted, an existing generic ephemeral
+	// volume adopted; a missing one is created only when a mount path is
+	// given too (AnnotationWorkMountPath or the policy's), else refused as a
+	// likely misspelling.
 	AnnotationWorkVolume = "kdefer.io/work-volume"
 	// AnnotationWorkMountPath is where a newly created work volume is mounted
 	// in every main container (default "/kdefer").
