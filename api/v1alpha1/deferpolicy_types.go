@@ -32,7 +32,9 @@ type DeferPolicySpec struct {
 
 	// workVolume is the pod volume that holds the outputs. An emptyDir volume
 	// of that name is converted to a generic ephemeral volume; a missing one
-	// is created and mounted in every main container.
+	// is created and mounted in every main container, under the default name
+	// or when mountPath is set (a named volume missing from a Job without a
+	// mount path is refused as a likely misspelling).
 	// +optional
 	WorkVolume WorkVolume `json:"workVolume,omitempty"`
 
