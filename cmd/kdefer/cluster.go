@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kdefer/kdefer/controller"
+)
+
+// clusterFlags are the flags of the commands that talk to a cluster
+// (status, wait, skip, release, logs).
+type clusterFlags struct {
+	kubeconfig, kubecontext, namespace string
+
+	// newClient is replaced by tests.
+	newClient func() (client.Client, error)
+}
+
+func (f *clusterFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	cmd.Flags().StringVar(&f.kubecontext, "context", "", "kubeconfig context")
+	cmd.Flags().StringVarP(&f.namespace, "namespace", "n", "", "namespace (default: the context's)")
+}
+
+func (f *clusterFlags) loader() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if f.kubeconfig != "" {
+		rules.ExplicitPath = f.kubeconfig
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.kubecontext})
+}
+
+func (f *clusterFlags) restConfig() (*rest.Config, error) {
+	cfg, err := f.loader().ClientConfig()
+	if err != nil {
+		return nil, &exitError{code: 2, msg: fmt.Sprintf("loading kubeconfig: %v", err)}
+	}
+	return cfg, nil
+}
+
+func (f *clusterFlags) ns() (string, error) {
+	if f.namespace != "" {
+		return f.namespace, nil
+	}
+	ns, _, err := f.loader().Namespace()
+	if err != nil {
+		return "", &exitError{code: 2, msg: fmt.Sprintf("namespace: %v", err)}
+	}
+	return ns, nil
+}
+
+func (f *clusterFlags) client() (client.Client, error) {
+	if f.newClient != nil {
+		return f.newClient()
+	}
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		return nil, &exitError{code: 2, msg: err.Error()}
+	}
+	return c, nil
+}
+
+func (f *clusterFlags) clientset() (kubernetes.Interface, error) {
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// parseRef splits "kind/name" (kind optional: def) and normalises the kind.
+func parseRef(arg, def string, allowed ...string) (string, string, error) {
+	kind, name := def, arg
+	if i := strings.Index(arg, "/"); i >= 0 {
+		kind, name = strings.ToLower(arg[:i]), arg[i+1:]
+	}
+	switch kind {
+	case "jobs", "job.batch":
+		kind = "job"
+	case "pods", "po":
+		kind = "pod"
+	case "deferruns", "dr", "deferrun.kdefer.io":
+		kind = "deferrun"
+	}
+	for _, a := range allowed {
+		if a == kind && name != "" {
+			return kind, name, nil
+		}
+	}
+	return "", "", &exitError{code: 2, msg: fmt.Sprintf("%q: want %s/NAME", arg, strings.Join(allowed, "/NAME or "))}
+}
+
+func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller"
+)
+
+func init() {
+	var f clusterFlags
+	status := &cobra.Command{
+		Use:   "status job/NAME | pod/NAME | deferrun/NAME",
+		Short: "Show the defer runs of a Job, a pod or one run",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, c, ns, kind, name, err := setup(cmd.Context(), &f, args[0], "job", "job", "pod", "deferrun")
+			if err != nil {
+				return err
+			}
+			runs, job, err := findRuns(ctx, c, ns, kind, name)
+			if err != nil {
+				return err
+			}
+			printRuns(cmd.OutOrStdout(), runs, job)
+			return nil
+		},
+	}
+	f.add(status)
+
+	var wf clusterFlags
+	var timeout time.Duration
+	wait := &cobra.Command{
+		Use:   "wait job/NAME | pod/NAME | deferrun/NAME",
+		Short: "Wait until every defer run is final; exit 1 if any failed",
+		Long: `Wait until the Job has finished and every defer run of its pods is final
+(Succeeded, Failed or Skipped), then print them. Exit codes: 0 none failed,
+1 some failed, 2 usage or API errors, 3 timed out.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, c, ns, kind, name, err := setup(cmd.Context(), &wf, args[0], "job", "job", "pod", "deferrun")
+			if err != nil {
+				return err
+			}
+			return waitRuns(ctx, cmd.OutOrStdout(), c, ns, kind, name, timeout, time.Second)
+		},
+	}
+	wf.add(wait)
+	wait.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up after this long (exit 3)")
+
+	var sf clusterFlags
+	skip := &cobra.Command{
+		Use:   "skip pod/NAME | job/NAME",
+		Short: "Skip the defer runs of a pod or Job: release the volume without staging out",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, c, ns, kind, name, err := setup(cmd.Context(), &sf, args[0], "pod", "pod", "job")
+			if err != nil {
+				return err
+			}
+			var obj client.Object = &corev1.Pod{}
+			if kind == "job" {
+				obj = &batchv1.Job{}
+			}
+			if err := annotate(ctx, c, obj, ns, name, v1.AnnotationSkip); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s/%s: defer runs will be skipped\n", kind, name)
+			return nil
+		},
+	}
+	sf.add(skip)
+
+	var rf clusterFlags
+	release := &cobra.Command{
+		Use:   "release deferrun/NAME",
+		Short: "Release a run's work volume (a retained one after a failure, or stop an unfinished run)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, c, ns, _, name, err := setup(cmd.Context(), &rf, args[0], "deferrun", "deferrun")
+			if err != nil {
+				return err
+			}
+			if err := annotate(ctx, c, &v1.DeferRun{}, ns, name, controller.AnnotationRelease); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deferrun/%s: its work volume will be released\n", name)
+			return nil
+		},
+	}
+	rf.add(release)
+	rootCmd.AddCommand(status, wait, skip, release)
+}
+
+func setup(ctx context.Context, f *clusterFlags, arg, def string, allowed ...string) (context.Context, client.Client, string, string, string, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	kind, name, err := parseRef(arg, def, allowed...)
+	if err != nil {
+		return ctx, nil, "", "", "", err
+	}
+	c, err := f.client()
+	if err != nil {
+		return ctx, nil, "", "", "", err
+	}
+	ns, err := f.ns()
+	return ctx, c, ns, kind, name, err
+}
+
+func annotate(ctx context.Context, c client.Client, obj client.Object, ns, name, key string) error {
+	obj.SetNamespace(ns)
+	obj.SetName(name)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, key)
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &exitError{code: 1, msg: err.Error()}
+		}
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	return nil
+}
+
+// findRuns returns the runs of a Job, a pod (its run) or one run, and the
+// Job when kind is job (nil if it is gone).
+func findRuns(ctx context.Context, c client.Client, ns, kind, name string) ([]v1.DeferRun, *batchv1.Job, error) {
+	switch kind {
+	case "job":
+		var list v1.DeferRunList
+		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1.LabelJobName: controller.LabelValue(name)}); err != nil {
+			return nil, nil, &exitError{code: 2, msg: err.Error()}
+		}
+		var runs []v1.DeferRun
+		for _, r := range list.Items {
+			if r.Spec.JobName == name {
+				runs = append(runs, r)
+			}
+		}
+		job := &batchv1.Job{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return nil, nil, &exitError{code: 2, msg: err.Error()}
+			}
+			job = nil
+		}
+		if job == nil && len(runs) == 0 {
+			return nil, nil, &exitError{code: 1, msg: fmt.Sprintf("job %s/%s: no such Job and no defer runs", ns, name)}
+		}
+		sort.Slice(runs, func(i, j int) bool { return runs[i].Name < runs[j].Name })
+		return runs, job, nil
+	default: // pod and deferrun: the run has the pod's name
+		run := &v1.DeferRun{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, run); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil, &exitError{code: 1, msg: fmt.Sprintf("%s %s/%s: no defer run (the pod is not managed by kdefer, or its run was deleted after its TTL)", kind, ns, name)}
+			}
+			return nil, nil, &exitError{code: 2, msg: err.Error()}
+		}
+		return []v1.DeferRun{*run}, nil, nil
+	}
+}
+
+func printRuns(w io.Writer, runs []v1.DeferRun, job *batchv1.Job) {
+	if job != nil {
+		s := job.Annotations[v1.AnnotationSummary]
+		if s == "" {
+			s = "no run finished yet"
+		}
+		fmt.Fprintf(w, "Job %s/%s: %s\n", job.Namespace, job.Name, s)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tNODE\tTRIGGER\tSTATE\tOBJECTS\tBYTES\tVOLUME\tMESSAGE")
+	for i := range runs {
+		r := &runs[i]
+		state := r.Status.State
+		if state == "" {
+			state = "Armed"
+		}
+		vol := "kept"
+		if meta.IsStatusConditionTrue(r.Status.Conditions, v1.DeferRunVolumeReleased) {
+			vol = "released"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, r.Spec.NodeName, dash(string(r.Spec.Trigger)), state,
+			r.Status.Objects, r.Status.Bytes, vol, message(r))
+	}
+	_ = tw.Flush()
+}
+
+// message is the most telling condition message of a run.
+func message(r *v1.DeferRun) string {
+	for _, t := range []string{v1.DeferRunFailed, v1.DeferRunConfigError, v1.DeferRunSucceeded, v1.DeferRunSkipped, v1.DeferRunStagingOut} {
+		if c := meta.FindStatusCondition(r.Status.Conditions, t); c != nil && (c.Status == "True" || t == v1.DeferRunStagingOut) && c.Message != "" {
+			return c.Reason + ": " + oneLine(c.Message)
+		}
+	}
+	return ""
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// waitRuns polls until the runs are final (and a Job has finished).
+func waitRuns(ctx context.Context, w io.Writer, c client.Client, ns, kind, name string, timeout, every time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		runs, job, err := findRuns(ctx, c, ns, kind, name)
+		if err != nil {
+			return err
+		}
+		done := len(runs) > 0 || job != nil
+		failed := 0
+		for i := range runs {
+			if !controller.Finished(&runs[i]) {
+				done = false
+			}
+			if meta.IsStatusConditionTrue(runs[i].Status.Conditions, v1.DeferRunFailed) {
+				failed++
+			}
+		}
+		if job != nil && !jobFinished(job) {
+			done = false
+		}
+		if done {
+			printRuns(w, runs, job)
+			if failed > 0 {
+				return &exitError{code: 1, msg: fmt.Sprintf("%d of %d defer runs failed", failed, len(runs))}
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			printRuns(w, runs, job)
+			return &exitError{code: 3, msg: fmt.Sprintf("timed out after %s", timeout)}
+		}
+		select {
+		case <-ctx.Done():
+			return &exitError{code: 2, msg: ctx.Err().Error()}
+		case <-time.After(every):
+		}
+	}
+}
+
+func jobFinished(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
