@@ -34,7 +34,7 @@ CNI_NETWORK=kdefer-pods
 API_PORT=6443
 ETCD_CLIENT_PORT=2479
 ETCD_PEER_PORT=2480
-PV_COUNT=${KDEFER_CLUSTER_PVS:-24}
+PV_COUNT=${KDEFER_CLUSTER_PVS:-48}
 # Hard eviction thresholds: far from normal use on a development machine, so the
 # node never evicts by itself; tests trigger kubelet eviction deliberately with
 # per-pod ephemeral-storage limits (always enforced). Override with
@@ -406,7 +406,10 @@ spec:
 EOF
 		done
 	} >"$DIR/conf/storage.yaml"
-	kubectl apply -f "$DIR/conf/storage.yaml" >/dev/null
+	# up always reaches here with an empty etcd: create is one request per
+	# object (apply needs three and the OpenAPI document: seconds on a busy host).
+	kubectl create --validate=false -f "$DIR/conf/storage.yaml" >/dev/null 2>&1 ||
+		kubectl apply --validate=false -f "$DIR/conf/storage.yaml" >/dev/null
 }
 
 # recycle_pvs: every Released PV of the class gets its directory emptied and its claimRef removed (Available again).
