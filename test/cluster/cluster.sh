@@ -342,11 +342,22 @@ setup_network() {
 
 PAUSE_IMAGE=$(cat "$IMAGES_DIR/pause.ref" 2>/dev/null || echo kdefer.io/pause:1.0)
 
+# ensure_images builds the images when one is missing (kdefer's own only once
+# its cmd package exists). Rebuilding after a code change is `make images`.
 ensure_images() {
+	local n
 	if [ ! -s "$IMAGES_DIR/pause.tar" ] || [ ! -s "$IMAGES_DIR/busybox.tar" ]; then
-		log "building images into $IMAGES_DIR (go run ./test/images)"
-		(cd "$REPO" && go run ./test/images --out "$IMAGES_DIR") >&2
+		log "building the pause and busybox images into $IMAGES_DIR"
+		(cd "$REPO" && go run ./test/images --out "$IMAGES_DIR" --only pause,busybox) >&2
 	fi
+	# kdefer's own: a compile error in code under work must not stop the cluster.
+	for n in kdefer-stage kdefer-controller; do
+		ls "$REPO/cmd/$n/"*.go >/dev/null 2>&1 || continue
+		[ -s "$IMAGES_DIR/$n.tar" ] && continue
+		log "building the $n image into $IMAGES_DIR"
+		(cd "$REPO" && go run ./test/images --out "$IMAGES_DIR" --only "$n") >&2 ||
+			log "WARNING: building the $n image failed; the cluster starts without it (make images)"
+	done
 	PAUSE_IMAGE=$(cat "$IMAGES_DIR/pause.ref")
 }
 

@@ -5,6 +5,7 @@
 //
 //	go run ./test/images --out bin/images                 # tarballs + NAME.ref files
 //	go run ./test/images --out bin/images --push REGISTRY # push kdefer-stage and kdefer-controller
+//	go run ./test/images --out bin/images --only pause,busybox
 //
 // Images (local names; tags are never "latest"):
 //
@@ -63,7 +64,9 @@ func main() {
 	push := flag.String("push", "", "registry/repository to push kdefer's images to instead of writing tarballs")
 	tag := flag.String("tag", envOr("KDEFER_IMAGE_TAG", v1alpha1.Version), "tag of kdefer's images (not \"latest\")")
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
+	only := flag.String("only", "", "comma-separated images to build (default: all)")
 	flag.Parse()
+	want := func(n string) bool { return *only == "" || strings.Contains(","+*only+",", ","+n+",") }
 	if *tag == "latest" || *tag == "" {
 		fatalf("--tag must be a fixed, non-latest tag")
 	}
@@ -78,12 +81,14 @@ func main() {
 	defer os.RemoveAll(tmp)
 
 	var imgs []built
-	if *push == "" {
+	if *push == "" && want("pause") {
 		p, err := pauseImage(root, tmp)
 		if err != nil {
 			fatalf("pause image: %v", err)
 		}
 		imgs = append(imgs, p)
+	}
+	if *push == "" && want("busybox") {
 		b, err := busyboxImage(*busybox)
 		if err != nil {
 			fatalf("busybox image: %v", err)
@@ -94,6 +99,9 @@ func main() {
 		{v1alpha1.StageImageName, ""},
 		{v1alpha1.ControllerImageName, "65532:65532"},
 	} {
+		if !want(cmd.name) {
+			continue
+		}
 		img, ok, err := goImage(root, tmp, cmd.name, cmd.user, *tag)
 		if err != nil {
 			fatalf("%s image: %v", cmd.name, err)
