@@ -164,13 +164,26 @@ func jobUnderReview(req admission.Request) (*batchv1.Job, bool, error) {
 		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
 			return nil, false, err
 		}
-		// The template of a running Job is immutable: annotation changes on
-		// the Job (kdefer.io/skip, summaries) must pass untouched.
+		// The template of a Job is immutable (but for some fields while it
+		// is suspended): annotation changes on the Job (kdefer.io/skip,
+		// summaries) must pass untouched.
 		if equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
 			return job, false, nil
 		}
 	}
 	return job, true, nil
+}
+
+// labelAdded reports an update that opts an existing, unrendered Job in.
+func labelAdded(req admission.Request, job *batchv1.Job) bool {
+	if req.Operation != admissionv1.Update || job == nil || job.Labels[v1.LabelEnabled] != "true" {
+		return false
+	}
+	old := &batchv1.Job{}
+	if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+		return false
+	}
+	return old.Labels[v1.LabelEnabled] != "true" && job.Spec.Template.Annotations[v1.AnnotationRendered] == ""
 }
 
 // policyFor fetches the DeferPolicy a Job names, or returns a denial.
@@ -209,6 +222,9 @@ func (h *Handlers) MutateJob(ctx context.Context, req admission.Request) admissi
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if !review {
+		if labelAdded(req, job) {
+			return admission.Allowed("").WithWarnings(fmt.Sprintf("label %s was added to an existing Job: its pod template cannot change any more, so kdefer does not manage its pods; recreate the Job with the label (or pipe it through `kdefer render`)", v1.LabelEnabled))
+		}
 		return admission.Allowed("")
 	}
 	pol, deny := h.policyFor(ctx, job)

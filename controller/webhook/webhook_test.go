@@ -135,6 +135,14 @@ func TestValidateJob(t *testing.T) {
 	if resp := h.MutateJob(context.Background(), request(t, admissionv1.Update, skipped, rendered)); !resp.Allowed || len(resp.Patches) != 0 {
 		t.Errorf("annotation update mutated: %+v", resp)
 	}
+	// Opting in an existing Job cannot render it: a warning says so.
+	plain := rt.MakeJob("j", "ns").NoLabel(v1.LabelEnabled).Obj()
+	labelled := plain.DeepCopy()
+	labelled.Labels = map[string]string{v1.LabelEnabled: "true"}
+	if resp := h.MutateJob(context.Background(), request(t, admissionv1.Update, labelled, plain)); !resp.Allowed || len(resp.Patches) != 0 ||
+		len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "recreate the Job") {
+		t.Errorf("label added to an existing Job: %+v", resp)
+	}
 	// Jobs without the label are not kdefer's.
 	other := rt.MakeJob("j", "ns").NoLabel(v1.LabelEnabled).Obj()
 	if resp := h.ValidateJob(context.Background(), request(t, admissionv1.Create, other, nil)); !resp.Allowed {
