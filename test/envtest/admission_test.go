@@ -304,9 +304,13 @@ func testRetainPolicy(t *testing.T, env *envtest.Env) {
 				}
 				return
 			}
+			who, release := "a kdefer-managed pod", "kdefer release (once"
+			if len(tc.owners) > 0 {
+				who, release = "kdefer-managed pod sim-abc", "kdefer release -n "+ns+" deferrun/sim-abc (once"
+			}
 			wantDenied(t, err, "ValidatingAdmissionPolicy 'kdefer-retain-work-volumes'",
-				fmt.Sprintf("PersistentVolumeClaim %s/%s holds the work volume of a kdefer-managed pod", ns, p.Name),
-				"kdefer release", fmt.Sprintf("kubectl label pvc -n %s %s kdefer.io/work-volume-", ns, p.Name))
+				fmt.Sprintf("PersistentVolumeClaim %s/%s holds the work volume of %s and kdefer has not taken it over yet", ns, p.Name, who),
+				release, fmt.Sprintf("kubectl label pvc -n %s %s kdefer.io/work-volume- and delete it again", ns, p.Name))
 			if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 				t.Errorf("status reason %v, want Forbidden", apierrors.ReasonForError(err))
 			}
