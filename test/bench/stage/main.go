@@ -259,6 +259,9 @@ func generate(dir string, sh shape) {
 }
 
 func measure(c *exec.Cmd) sample {
+	// Flush the previous run's dirty pages first: otherwise the next tool
+	// pays for its predecessor's writeback.
+	syscall.Sync()
 	var out strings.Builder
 	c.Stdout, c.Stderr = &out, &out
 	start := time.Now()
