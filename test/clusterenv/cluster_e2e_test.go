@@ -38,26 +38,15 @@ import (
 	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
-// Debian 12's busybox-static 1.35 segfaults on `wget -T N`: bound wget with `timeout N`.
-
-// serveOnNode serves h over HTTP on the node address (where pods reach the host).
-func serveOnNode(t *testing.T, h http.Handler) string {
-	t.Helper()
-	l, err := net.Listen("tcp", clusterenv.NodeIP+":0")
-	if err != nil {
-		t.Fatalf("listen on the node address: %v", err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().String()
-}
-
+// TestJobWithEphemeralVolumeReachesHost: a Job's pod writes into a generic
+// ephemeral volume bound to a local PV and fetches from a server on the host.
+// (Debian 12's busybox-static 1.35 segfaults on `wget -T N`: bound wget with
+// `timeout N` instead.)
 func TestJobWithEphemeralVolumeReachesHost(t *testing.T) {
 	env := clusterenv.Require(t)
 	ctx := context.Background()
 	ns := env.Namespace(t, "cluster-job")
-	addr := serveOnNode(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	base := clusterenv.ServeOnNode(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "hello-from-host")
 	}))
 
@@ -72,7 +61,7 @@ func TestJobWithEphemeralVolumeReachesHost(t *testing.T) {
 					Image:           clusterenv.MustImage(t, "busybox"),
 					ImagePullPolicy: corev1.PullIfNotPresent,
 					Command: []string{"sh", "-c", "echo payload > /work/out.txt && cat /work/out.txt && " +
-						"timeout 10 wget -q -O - http://" + addr + "/ && echo"},
+						"timeout 10 wget -q -O - " + base + "/ && echo"},
 					VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: "/work"}},
 				}},
 				Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{

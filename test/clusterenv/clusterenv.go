@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,6 +213,21 @@ func (e *Env) Namespace(t testing.TB, prefix string) string {
 		}
 	})
 	return name
+}
+
+// ServeOnNode serves h over plain HTTP on the node address (a random port)
+// until the test ends, and returns the base URL ("http://10.88.0.1:PORT"):
+// pods reach it, e.g. a defer container posting a result with busybox wget.
+func ServeOnNode(t testing.TB, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(NodeIP, "0"))
+	if err != nil {
+		t.Fatalf("listen on the node address %s (is the cluster up?): %v", NodeIP, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + l.Addr().String()
 }
 
 // WaitFor polls cond every 200 ms until it returns true, an error that is not
