@@ -387,6 +387,7 @@ apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
   name: kdefer-local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 reclaimPolicy: Retain
