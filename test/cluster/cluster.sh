@@ -623,6 +623,8 @@ up() {
 	wait_until "node $NODE to register" "$WAIT_READY" kubelet kubectl get node "$NODE"
 	wait_until "node $NODE Ready" "$WAIT_READY" kubelet kubectl wait --for=condition=Ready "node/$NODE" --timeout=5s
 	wait_until "ServiceAccount default/default" 60 kube-controller-manager kubectl get serviceaccount default -n default
+	# every pod mounts the root CA from this ConfigMap (its token volume waits for it)
+	wait_until "ConfigMap default/kube-root-ca.crt" 60 kube-controller-manager kubectl get configmap kube-root-ca.crt -n default
 	log "cluster up in $((SECONDS - t0))s; $(printf 'export KUBECONFIG=%s' "$KUBECONFIG_ADMIN")"
 }
 

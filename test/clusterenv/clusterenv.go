@@ -192,9 +192,12 @@ func (e *Env) Namespace(t testing.TB, prefix string) string {
 		t.Fatalf("create namespace: %v", err)
 	}
 	name := ns.Name
-	// Pods need the namespace's default ServiceAccount.
-	if err := WaitFor(ctx, 30*time.Second, "ServiceAccount "+name+"/default", func(ctx context.Context) (bool, error) {
-		_, err := e.Clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+	// Pods need the namespace's default ServiceAccount, and their token volume the root CA ConfigMap.
+	if err := WaitFor(ctx, 30*time.Second, "ServiceAccount "+name+"/default and ConfigMap kube-root-ca.crt", func(ctx context.Context) (bool, error) {
+		if _, err := e.Clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		_, err := e.Clientset.CoreV1().ConfigMaps(name).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 		return err == nil, client.IgnoreNotFound(err)
 	}); err != nil {
 		t.Fatal(err)
