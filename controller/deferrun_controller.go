@@ -70,6 +70,12 @@ type runState struct {
 	events      []event
 	finishedNow bool
 	deleteRun   bool
+	// recordTrigger: this pass classified the pod; spec.trigger is written
+	// before the status.
+	recordTrigger bool
+	// created: this pass created the defer pod and ends there; the next
+	// pass (the pod's creation event) writes trigger, PDB and status.
+	created bool
 }
 
 type event struct {
@@ -103,14 +109,29 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	case Finished(run):
 		err = r.afterFinish(ctx, s)
 	case run.Spec.Trigger == "":
-		// Armed: nothing to write. The condition is set with the first
-		// write that has something else to say, which saves one write per
-		// pod; state stays empty until then.
+		// Armed until the pod ends: nothing to write then. The Armed
+		// condition comes with the first write that has more to say,
+		// which saves one write per pod.
+		var triggered bool
+		if triggered, err = r.trigger(ctx, s); triggered && err == nil {
+			err = r.execute(ctx, s)
+		}
 	default:
 		err = r.execute(ctx, s)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if s.created {
+		// Free the worker for the next pod's defer pod: in a burst, every
+		// defer pod is created before any bookkeeping write.
+		return reconcile.Result{}, nil
+	}
+	if s.recordTrigger {
+		log.FromContext(ctx).Info("recording trigger", "trigger", run.Spec.Trigger)
+		if err := r.client.Update(ctx, run); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	if err := r.writeStatus(ctx, s); err != nil {
 		return reconcile.Result{}, err
@@ -124,6 +145,51 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}))
 	}
 	return s.result, nil
+}
+
+// trigger classifies the run's pod. The pod side only arms; the run side
+// reacts to the pod's end itself, so a defer pod is one queue hop and one
+// write away from it, and the trigger is recorded right after (a pass that
+// crashes in between finds the defer pod and takes the trigger from it).
+func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) {
+	run := s.run
+	pod := &corev1.Pod{}
+	var class Classification
+	var job *batchv1.Job
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PodName}, pod)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && pod.UID != run.Spec.PodUID):
+		// The pod is gone without a trigger (its finalizer was removed by
+		// hand): stage out whatever is on the volume.
+		pod, class = nil, Classification{Done: true, Trigger: v1.TriggerDeleted}
+	case err != nil:
+		return false, err
+	default:
+		job = jobOf(ctx, r.client, pod)
+		class = Classify(pod, job)
+		if !class.Done {
+			lost, wait, err := nodeLost(ctx, r.client, s.now, pod, run)
+			if err != nil || !lost {
+				if wait > 0 {
+					s.requeueAt(s.now.Add(wait))
+				}
+				return false, err
+			}
+			log.FromContext(ctx).Info("node lost", "node", pod.Spec.NodeName)
+			class = Classification{Done: true, Trigger: v1.TriggerNodeLost, ExitCodes: exitCodes(pod)}
+		}
+	}
+	dp := &corev1.Pod{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, dp); err == nil && metav1.IsControlledBy(dp, run) {
+		for _, e := range dp.Spec.Containers[0].Env {
+			if e.Name == v1.EnvTrigger && v1.Trigger(e.Value).IsValid() {
+				class.Trigger = v1.Trigger(e.Value)
+			}
+		}
+	}
+	applyTrigger(run, class, pod, job, s.now)
+	s.recordTrigger = true
+	return true, nil
 }
 
 // execute runs a triggered, unfinished run one step further.
@@ -265,7 +331,12 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	case !apierrors.IsNotFound(err):
 		return true, err
 	}
-	v := JudgeNode(node, s.run, s.status.TriggeredAt.Time, s.now)
+	since := s.status.TriggeredAt.Time
+	if s.run.Spec.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
+		// The pod side already waited nodeLostTimeout for this node.
+		since = since.Add(-s.run.Spec.Policy.NodeLostTimeout.Duration)
+	}
+	v := JudgeNode(node, s.run, since, s.now)
 	switch {
 	case v.Ready:
 		return false, nil
@@ -297,18 +368,7 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState) error {
 	}
 	Metrics.Writes.WithLabelValues("defer-pod").Inc()
 	Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())
-	if err := r.ensurePDB(ctx, run); err != nil {
-		return err
-	}
-	s.status.DeferPodName = pod.Name
-	if s.status.StartTime == nil {
-		s.status.StartTime = &metav1.Time{Time: s.now}
-	}
-	// The steps as Observe reports them before the kubelet has started any,
-	// so the next pass has nothing new to write until one has.
-	s.status.Steps = Observe(pod, 0).Steps
-	s.cond(v1.DeferRunStagingOut, true, ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
-	s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, run.Spec.Trigger)})
+	s.created = true
 	return nil
 }
 
@@ -335,9 +395,16 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 		}
 	}
 	o := Observe(pod, *s.run.Spec.Policy.RetryLimit)
+	if s.status.DeferPodName != pod.Name {
+		s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.run.Spec.Trigger)})
+	}
 	s.status.DeferPodName = pod.Name
 	if s.status.StartTime == nil {
-		s.status.StartTime = &pod.CreationTimestamp
+		t := pod.CreationTimestamp
+		if t.IsZero() {
+			t = metav1.Time{Time: s.now}
+		}
+		s.status.StartTime = &t
 	}
 	s.status.Steps = o.Steps
 	if o.Summary != nil {

@@ -65,17 +65,17 @@ type podState struct {
 
 func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
 	s := &podState{pod: pod}
-	s.job = r.jobOf(ctx, pod)
+	s.job = jobOf(ctx, r.client, pod)
 	s.class = Classify(pod, s.job)
 
-	// Finalizer first, then act: a running pod without it (render not
-	// applied, or removed by hand) gets it back; a pod already done does not,
-	// since the finalizer is removed on purpose once its run finished.
-	if !s.class.Done && pod.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) {
-		return reconcile.Result{}, r.addPodFinalizer(ctx, pod)
-	}
 	if res, err, stop := r.loadRun(ctx, s); stop {
 		return res, err
+	}
+	// Finalizer first, then act: a running pod without it (render not
+	// applied, or removed by hand) gets it back; not a pod whose run has
+	// finished or that is done, since the finalizer was removed on purpose.
+	if !s.class.Done && pod.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) && (s.run == nil || !Finished(s.run)) {
+		return reconcile.Result{}, r.addPodFinalizer(ctx, pod)
 	}
 	if err := r.loadClaims(ctx, s); err != nil {
 		return reconcile.Result{}, err
@@ -96,7 +96,7 @@ func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconci
 	if err := r.adopt(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.recordTrigger(ctx, s); err != nil {
+	if err := r.propagateSkip(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
 	if Finished(s.run) {
@@ -105,13 +105,15 @@ func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconci
 	return reconcile.Result{}, nil
 }
 
-func (r *PodReconciler) jobOf(ctx context.Context, pod *corev1.Pod) *batchv1.Job {
+// jobOf returns the pod's Job from the cache, nil if it has none or it is
+// not cached (not labelled kdefer.io/enabled).
+func jobOf(ctx context.Context, c client.Client, pod *corev1.Pod) *batchv1.Job {
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil || ref.Kind != "Job" {
 		return nil
 	}
 	job := &batchv1.Job{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, job); err != nil || job.UID != ref.UID {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, job); err != nil || job.UID != ref.UID {
 		return nil
 	}
 	return job
@@ -189,7 +191,7 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 	}
 	run := BuildRun(s.pod, policyName, eff, configErr)
 	if s.class.Done {
-		applyTrigger(run, s, r.clock.Now())
+		applyTrigger(run, s.class, s.pod, s.job, r.clock.Now())
 	}
 	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", policyName, "trigger", run.Spec.Trigger)
 	if err := r.client.Create(ctx, run); err != nil {
@@ -220,38 +222,66 @@ func (r *PodReconciler) adopt(ctx context.Context, s *podState) error {
 	return nil
 }
 
-// recordTrigger writes the trigger into the run once the pod is done, and a
-// skip asked for on the pod or its Job while the run has not finished.
-func (r *PodReconciler) recordTrigger(ctx context.Context, s *podState) error {
+// propagateSkip marks an unfinished run skipped when the pod or its Job
+// asks for it (`kdefer skip`) after the run was armed.
+func (r *PodReconciler) propagateSkip(ctx context.Context, s *podState) error {
 	run := s.run
-	orig := run.DeepCopy()
-	if s.class.Done && run.Spec.Trigger == "" {
-		applyTrigger(run, s, r.clock.Now())
-	}
-	if skipRequested(s.pod, s.job) && !Finished(run) && run.Annotations[v1.AnnotationSkip] != "true" {
-		setAnnotation(run, v1.AnnotationSkip, "true")
-	}
-	if equalRun(orig, run) {
+	if !skipRequested(s.pod, s.job) || Finished(run) || run.Annotations[v1.AnnotationSkip] == "true" {
 		return nil
 	}
-	log.FromContext(ctx).Info("recording trigger", "trigger", run.Spec.Trigger, "skip", run.Annotations[v1.AnnotationSkip])
-	return r.client.Update(ctx, run)
+	orig := run.DeepCopy()
+	setAnnotation(run, v1.AnnotationSkip, "true")
+	log.FromContext(ctx).Info("skipping defer run on request")
+	return r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 }
 
-func applyTrigger(run *v1.DeferRun, s *podState, now time.Time) {
-	run.Spec.Trigger = s.class.Trigger
-	run.Spec.ExitCodes = s.class.ExitCodes
-	if run.Spec.NodeName == "" {
-		run.Spec.NodeName = s.pod.Spec.NodeName
+// applyTrigger records in run why its pod ended (in memory; the caller
+// writes it).
+func applyTrigger(run *v1.DeferRun, class Classification, pod *corev1.Pod, job *batchv1.Job, now time.Time) {
+	run.Spec.Trigger = class.Trigger
+	run.Spec.ExitCodes = class.ExitCodes
+	if run.Spec.NodeName == "" && pod != nil {
+		run.Spec.NodeName = pod.Spec.NodeName
 	}
 	setAnnotation(run, annotationTriggeredAt, now.UTC().Format(time.RFC3339Nano))
-	if s.class.Skip {
+	if class.Skip {
 		setAnnotation(run, v1.AnnotationSkip, "true")
 		setAnnotation(run, annotationSkipReason, ReasonForceDeleted)
 	}
-	if skipRequested(s.pod, s.job) {
+	if pod != nil && skipRequested(pod, job) {
 		setAnnotation(run, v1.AnnotationSkip, "true")
 	}
+}
+
+// nodeLost reports whether the pod's node has been NotReady for the run's
+// nodeLostTimeout (its kubelet will never report the containers' end), and
+// otherwise how long to wait before looking again while it is NotReady. A
+// deleted node makes PodGC fail the pod: trigger PodGC.
+func nodeLost(ctx context.Context, c client.Client, now time.Time, pod *corev1.Pod, run *v1.DeferRun) (bool, time.Duration, error) {
+	if pod.Spec.NodeName == "" {
+		return false, 0, nil
+	}
+	node := &corev1.Node{}
+	if err := c.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
+		return false, 0, client.IgnoreNotFound(err)
+	}
+	var since time.Time
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
+			since = cond.LastTransitionTime.Time
+		}
+	}
+	if since.IsZero() {
+		return false, 0, nil
+	}
+	timeout := v1.DefaultNodeLostTimeout
+	if run.Spec.Policy.NodeLostTimeout != nil {
+		timeout = run.Spec.Policy.NodeLostTimeout.Duration
+	}
+	if left := since.Add(timeout).Sub(now); left > 0 {
+		return false, left, nil
+	}
+	return true, 0, nil
 }
 
 // releasePod removes kdefer's finalizer from the pod.

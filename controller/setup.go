@@ -6,6 +6,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,8 +53,8 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   {Label: exists(v1.LabelManaged)},
-			&corev1.PersistentVolumeClaim{}: {Label: exists(v1.LabelWorkVolume)},
+			&corev1.Pod{}:                   {Label: exists(v1.LabelManaged), Transform: stripPod},
+			&corev1.PersistentVolumeClaim{}: {Label: exists(v1.LabelWorkVolume), Transform: stripPVC},
 			&batchv1.Job{}:                  {Label: labels.SelectorFromSet(labels.Set{v1.LabelEnabled: "true"})},
 			&policyv1.PodDisruptionBudget{}: {Label: exists(v1.LabelDeferRun)},
 			&corev1.Node{}:                  {Transform: stripNode},
@@ -76,6 +77,73 @@ func stripNode(obj any) (any, error) {
 }
 
 var _ toolscache.TransformFunc = stripNode
+
+// stripPod keeps what the reconcilers read from a managed pod (Classify,
+// WorkClaims, BuildRun) and from a defer pod (Observe). The reconcilers only
+// patch pods (never update them whole), so a stripped copy is safe to use.
+func stripPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	if p.Labels[v1.LabelManaged] == LabelManagedDefer {
+		return p, nil // small, and Observe reads most of it
+	}
+	slim := func(cs []corev1.Container) []corev1.Container {
+		out := make([]corev1.Container, len(cs))
+		for i, c := range cs {
+			out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+		}
+		return out
+	}
+	p.Spec.Containers = slim(p.Spec.Containers)
+	p.Spec.InitContainers = slim(p.Spec.InitContainers)
+	p.Spec.EphemeralContainers = nil
+	p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil
+	p.Spec.SecurityContext, p.Spec.NodeSelector, p.Spec.ResourceClaims = nil, nil, nil
+	vols := p.Spec.Volumes[:0]
+	for _, vol := range p.Spec.Volumes {
+		if e := vol.Ephemeral; e != nil && e.VolumeClaimTemplate != nil {
+			vols = append(vols, corev1.Volume{Name: vol.Name, VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{ObjectMeta: metav1.ObjectMeta{Labels: e.VolumeClaimTemplate.Labels}}}}})
+		}
+	}
+	p.Spec.Volumes = vols
+	conds := p.Status.Conditions[:0]
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget {
+			conds = append(conds, c)
+		}
+	}
+	p.Status.Conditions = conds
+	p.Status.PodIPs, p.Status.HostIPs, p.Status.PodIP, p.Status.HostIP = nil, nil, "", ""
+	p.Status.InitContainerStatuses, p.Status.EphemeralContainerStatuses = nil, nil
+	for i := range p.Status.ContainerStatuses {
+		cs := &p.Status.ContainerStatuses[i]
+		cs.Image, cs.ImageID, cs.ContainerID = "", "", ""
+		cs.LastTerminationState = corev1.ContainerState{}
+		cs.Resources, cs.AllocatedResources, cs.VolumeMounts, cs.User = nil, nil, nil, nil
+		if t := cs.State.Terminated; t != nil {
+			t.Message = ""
+		}
+	}
+	return p, nil
+}
+
+// stripPVC keeps a work PVC's metadata: the reconcilers read its owners and
+// patch or delete it, never update it whole.
+func stripPVC(obj any) (any, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return obj, nil
+	}
+	pvc.ManagedFields = nil
+	pvc.Annotations, pvc.Labels = nil, nil
+	pvc.Spec = corev1.PersistentVolumeClaimSpec{}
+	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase}
+	return pvc, nil
+}
 
 // SetupIndexes registers the field indexes; call it before the manager
 // starts.
@@ -102,7 +170,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Workers <= 0 {
-		opts.Workers = 4
+		opts.Workers = 32
 	}
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -134,6 +202,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Named("kdefer-deferrun").
 		For(&v1.DeferRun{}).
 		Owns(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, sameName, builder.WithPredicates(managed)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(NewRunReconciler(c, mgr.GetAPIReader(), mgr.GetEventRecorder("kdefer-controller"), opts.Clock, opts.DeferPod))

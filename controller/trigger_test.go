@@ -91,6 +91,14 @@ func TestClassify(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Classify (-want +got):\n%s", diff)
 			}
+			// The cache keeps stripped pods: they must classify the same.
+			stripped, _ := stripPod(tc.pod.DeepCopy())
+			if diff := cmp.Diff(got, Classify(stripped.(*corev1.Pod), tc.job)); diff != "" {
+				t.Errorf("Classify of the cached (stripped) pod differs (-full +stripped):\n%s", diff)
+			}
+			if diff := cmp.Diff(WorkClaims(tc.pod), WorkClaims(stripped.(*corev1.Pod))); diff != "" {
+				t.Errorf("WorkClaims of the stripped pod differ:\n%s", diff)
+			}
 		})
 	}
 }

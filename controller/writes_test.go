@@ -67,7 +67,7 @@ func (w *fakeWorld) settle() {
 			return
 		}
 	}
-	w.t.Fatal("the reconcilers never settle")
+	w.t.Fatalf("the reconcilers never settle: %v", w.writes.Writes())
 }
 
 func (w *fakeWorld) status(obj client.Object, f func()) {
@@ -113,9 +113,9 @@ func TestWritesPerRun(t *testing.T) {
 	want := []string{
 		"create DeferRun ns/j-x",                          // arm
 		"patch PersistentVolumeClaim ns/j-x-kdefer-work",  // arm: second owner
-		"update DeferRun ns/j-x",                          // trigger
 		"create Pod ns/j-x-defer",                         // the defer pod
 		"create PodDisruptionBudget ns/j-x-defer",         // so drain waits
+		"update DeferRun ns/j-x",                          // trigger
 		"update DeferRun ns/j-x/status",                   // StagingOut
 		"delete PersistentVolumeClaim ns/j-x-kdefer-work", // release
 		"update DeferRun ns/j-x/status",                   // Succeeded
@@ -199,6 +199,37 @@ func TestNodeLost(t *testing.T) {
 	}
 	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(pvc), pvc); err != nil {
 		t.Errorf("PVC released after NodeLost; want retained: %v", err)
+	}
+	if err := w.c.Get(context.Background(), w.key, pod); err != nil || len(pod.Finalizers) != 0 {
+		t.Errorf("pod finalizers %v (%v)", pod.Finalizers, err)
+	}
+}
+
+// The node goes NotReady while the pod runs: after nodeLostTimeout the pod is
+// triggered with NodeLost and the run fails at once if the node is still
+// away, keeping the volume and releasing the pod.
+func TestNodeLostTrigger(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	w := newFakeWorld(t, job, pod, pvc, n)
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	w.status(n, func() {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(w.clock.Now())}}
+	})
+	w.settle()
+	run := &v1.DeferRun{}
+	_ = w.c.Get(context.Background(), w.key, run)
+	if run.Spec.Trigger != "" {
+		t.Fatalf("triggered %s before the timeout", run.Spec.Trigger)
+	}
+	w.clock.Step(v1.DefaultNodeLostTimeout)
+	w.settle()
+	_ = w.c.Get(context.Background(), w.key, run)
+	if run.Spec.Trigger != v1.TriggerNodeLost || run.Status.State != v1.DeferRunFailed {
+		t.Fatalf("trigger %q state %q, want NodeLost/Failed", run.Spec.Trigger, run.Status.State)
+	}
+	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(pvc), pvc); err != nil {
+		t.Errorf("PVC released; want retained: %v", err)
 	}
 	if err := w.c.Get(context.Background(), w.key, pod); err != nil || len(pod.Finalizers) != 0 {
 		t.Errorf("pod finalizers %v (%v)", pod.Finalizers, err)

@@ -33,7 +33,12 @@ func (w Write) String() string {
 // simulate a crash right after the n-th write: it calls the crash function
 // (which stops the manager) and fails every later write.
 type WriteCounter struct {
+	// Keep, if set, limits the writes remembered (Writes) to those it
+	// accepts; Total counts every one (benchmarks keep memory flat).
+	Keep func(Write) bool
+
 	mu       sync.Mutex
+	totals   map[string]int
 	writes   []Write
 	crashAt  int
 	crashed  bool
@@ -48,11 +53,18 @@ func (c *WriteCounter) Writes() []Write {
 	return append([]Write(nil), c.writes...)
 }
 
+// Total returns how many writes of that verb and kind succeeded.
+func (c *WriteCounter) Total(verb, kind string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.totals[verb+" "+kind]
+}
+
 // Reset forgets the writes and any crash.
 func (c *WriteCounter) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.writes, c.crashAt, c.crashed, c.onCrash, c.observed = nil, 0, false, nil, 0
+	c.writes, c.totals, c.crashAt, c.crashed, c.onCrash, c.observed = nil, nil, 0, false, nil, 0
 }
 
 // CrashAfter makes the n-th write from now on the last: f is called after it
@@ -102,11 +114,19 @@ func (c *WriteCounter) after(w Write, err error) error {
 		return err
 	}
 	c.mu.Lock()
+	// A write in flight when the crash came still happened on the server:
+	// record it, but the crashed caller does not learn of it.
+	if c.Keep == nil || c.Keep(w) {
+		c.writes = append(c.writes, w)
+	}
+	if c.totals == nil {
+		c.totals = map[string]int{}
+	}
+	c.totals[w.Verb+" "+w.Kind]++
 	if c.crashed {
 		c.mu.Unlock()
 		return ErrCrashed
 	}
-	c.writes = append(c.writes, w)
 	c.observed++
 	var crash func()
 	if c.crashAt > 0 && c.observed == c.crashAt {

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -57,6 +58,7 @@ var (
 	workers    = flag.Int("workers", 16, "manager workers per controller")
 	podsPerJob = flag.Int("pods-per-job", 100, "managed pods per Job")
 	verbose    = flag.Bool("v", false, "manager logs on stderr")
+	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed")
 )
 
 const ns = "bench"
@@ -116,7 +118,16 @@ func run() error {
 	}
 
 	// The manager, with its writes counted.
-	writes := &kt.WriteCounter{}
+	steadyN := int(steadyFor.Seconds()) * *steadyRate
+	writes := &kt.WriteCounter{Keep: func(w kt.Write) bool {
+		// Remember only the steady phase's writes (and Jobs'): they give
+		// writes_per_run; the rest is only counted.
+		var i int
+		if _, err := fmt.Sscanf(w.Name, "m-%05d", &i); err == nil {
+			return i >= *nBurst && i < *nBurst+steadyN
+		}
+		return w.Kind == "Job"
+	}}
 	mcfg := *cfg
 	mgr, err := controller.NewManager(ctx, &mcfg, controller.ManagerOptions{
 		MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: webhook.Options{Disabled: true},
@@ -200,13 +211,22 @@ func run() error {
 	}
 	logf("created in %s; waiting for every pod to be armed", time.Since(start).Round(time.Millisecond))
 	if err := waitFor(ctx, 10*time.Minute, func() bool {
-		n := writes.Count(func(w kt.Write) bool { return w.Kind == "PersistentVolumeClaim" && w.Verb == "patch" })
-		return n >= *nPods
+		return writes.Total("patch", "PersistentVolumeClaim") >= *nPods
 	}); err != nil {
 		return fmt.Errorf("arming: %w", err)
 	}
 	logf("armed in %s", time.Since(start).Round(time.Millisecond))
 	h2 := heapMiB()
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return err
+		}
+		f.Close()
+	}
 	perTenK := (h2 - h1) * 10000 / float64(*nPods)
 	logf("heap %.1f MiB with %d armed pods", h2, *nPods)
 
@@ -224,11 +244,18 @@ func run() error {
 	}
 	bl := seen.latencies(burst)
 	logf("burst: p50 %s p99 %s max %s", pct(bl, 50), pct(bl, 99), pct(bl, 100))
+	// Let the burst's bookkeeping (trigger, PDB, status) finish before the
+	// steady phase, which measures an idle controller.
+	if err := waitFor(ctx, 5*time.Minute, func() bool {
+		return writes.Total("update", "DeferRun") >= len(burst) && writes.Total("create", "PodDisruptionBudget") >= len(burst)
+	}); err != nil {
+		return fmt.Errorf("burst bookkeeping: %w", err)
+	}
+	logf("burst bookkeeping done")
 
 	// Steady: steadyRate terminations a second.
-	n := int(steadyFor.Seconds()) * *steadyRate
-	steady := make([]int, 0, n)
-	for i := 0; i < n && *nBurst+i < *nPods; i++ {
+	steady := make([]int, 0, steadyN)
+	for i := 0; i < steadyN && *nBurst+i < *nPods; i++ {
 		steady = append(steady, *nBurst+i)
 	}
 	logf("terminating %d pods at %d/s", len(steady), *steadyRate)
