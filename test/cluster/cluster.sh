@@ -426,7 +426,7 @@ EOF
 
 # recycle_pvs: every Released PV of the class gets its directory emptied and its claimRef removed (Available again).
 recycle_pvs() {
-	local line name phase path n=0
+	local name phase path n=0
 	while read -r name phase path; do
 		[ "$phase" = Released ] || continue
 		case "$path" in "$DIR"/pv/*) ;; *) continue ;; esac
