@@ -22,7 +22,7 @@ build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## tools: build (once, cached by version under bin/tools) what the tests need.
+## tools: build (once, cached by version in ~/.cache/kdefer/tools) what the tests need.
 tools:
 	$(TOOLS) etcd
 	$(TOOLS) minio

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds the external tools that kdefer's tests, benchmarks and local cluster
-# need, from the Go module proxy only, and caches them by version under
-# bin/tools/. A tool whose cached binary exists is not rebuilt.
+# need, from the Go module proxy only, and caches them by version in
+# $KDEFER_TOOLS_DIR (default ~/.cache/kdefer/tools, shared by every clone on
+# the machine, so CI's fresh clone reuses them). A tool whose cached binary
+# exists is not rebuilt.
 #
 #   test/tools/install.sh kube|etcd|minio|mc|s5cmd|all
 #   test/tools/install.sh path NAME   # prints the directory holding NAME
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-tools="$root/bin/tools"
+tools="${KDEFER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kdefer/tools}"
 
 KUBE_VERSION=v1.34.4
 ETCD_VERSION=v3.6.16
