@@ -32,6 +32,7 @@ type RunReconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.Clock
 	opts      DeferPodOptions
+	exp       *expectations
 }
 
 // NewRunReconciler returns the DeferRun reconciler.
@@ -54,7 +55,16 @@ func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.Event
 func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	run := &v1.DeferRun{}
 	if err := r.client.Get(ctx, req.NamespacedName, run); err != nil {
+		if apierrors.IsNotFound(err) {
+			run.Name, run.Namespace = req.Name, req.Namespace
+			if r.exp.satisfied("DeferRun", run, nil) {
+				r.exp.forget("DeferRun", run) // deleted (not just created and uncached)
+			}
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !r.exp.satisfied("DeferRun", run, run) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind our own write
 	}
 	res, err := r.reconcile(ctx, run)
 	return quiet(ctx, res, err)
@@ -80,6 +90,8 @@ type runState struct {
 
 type event struct {
 	typ, reason, note string
+	// runOnly: not repeated on the Job (progress, not an outcome).
+	runOnly bool
 }
 
 func (s *runState) requeueAt(t time.Time) {
@@ -101,7 +113,11 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	if run.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(run, v1.DeferRunFinalizer) {
 		controllerutil.AddFinalizer(run, v1.DeferRunFinalizer)
 		log.FromContext(ctx).Info("adding defer run finalizer")
-		return reconcile.Result{}, r.client.Update(ctx, run)
+		if err := r.client.Update(ctx, run); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.exp.expect("DeferRun", run)
+		return reconcile.Result{}, nil
 	}
 	s := &runState{run: run, status: run.Status.DeepCopy(), now: r.clock.Now()}
 	var err error
@@ -132,6 +148,7 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		if err := r.client.Update(ctx, run); err != nil {
 			return reconcile.Result{}, err
 		}
+		r.exp.expect("DeferRun", run)
 	}
 	if err := r.writeStatus(ctx, s); err != nil {
 		return reconcile.Result{}, err
@@ -257,6 +274,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 			if err := r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 				return true, err
 			}
+			r.exp.expect("DeferRun", run)
 			return true, errRequeue
 		}
 		problem, reason = perr, ReasonPolicyNotFound
@@ -279,7 +297,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 	if problem == "" {
 		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue {
 			s.cond(v1.DeferRunConfigError, false, ReasonResolved, "configuration resolved")
-			s.events = append(s.events, event{corev1.EventTypeNormal, ReasonResolved, "configuration resolved; the run proceeds"})
+			s.events = append(s.events, event{corev1.EventTypeNormal, ReasonResolved, "configuration resolved; the run proceeds", false})
 		}
 		return false, nil
 	}
@@ -288,7 +306,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 		return true, r.finish(ctx, s, v1.DeferRunFailed, ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
 	}
 	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c == nil || c.Status != metav1.ConditionTrue || c.Message != problem {
-		s.events = append(s.events, event{corev1.EventTypeWarning, reason, problem})
+		s.events = append(s.events, event{corev1.EventTypeWarning, reason, problem, false})
 	}
 	s.cond(v1.DeferRunConfigError, true, reason, problem)
 	s.requeueAt(s.now.Add(10 * time.Second))
@@ -344,7 +362,7 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 		return true, r.finish(ctx, s, v1.DeferRunFailed, ReasonNodeLost, v.Message, pod)
 	}
 	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut); c == nil || c.Reason != ReasonNodeNotReady {
-		s.events = append(s.events, event{corev1.EventTypeWarning, ReasonNodeNotReady, v.Message})
+		s.events = append(s.events, event{corev1.EventTypeWarning, ReasonNodeNotReady, v.Message, false})
 	}
 	s.cond(v1.DeferRunStagingOut, false, ReasonNodeNotReady, v.Message)
 	s.requeueAt(v.RetryAt)
@@ -396,7 +414,7 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 	}
 	o := Observe(pod, *s.run.Spec.Policy.RetryLimit)
 	if s.status.DeferPodName != pod.Name {
-		s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.run.Spec.Trigger)})
+		s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.run.Spec.Trigger), true})
 	}
 	s.status.DeferPodName = pod.Name
 	if s.status.StartTime == nil {
@@ -447,7 +465,7 @@ func (r *RunReconciler) finish(ctx context.Context, s *runState, typ, reason, ms
 	if typ == v1.DeferRunFailed {
 		evType = corev1.EventTypeWarning
 	}
-	s.events = append(s.events, event{evType, reason, fmt.Sprintf("defer run of pod %s %s: %s", s.run.Spec.PodName, typ, msg)})
+	s.events = append(s.events, event{evType, reason, fmt.Sprintf("defer run of pod %s %s: %s", s.run.Spec.PodName, typ, msg), false})
 	return r.handleVolume(ctx, s)
 }
 
@@ -503,16 +521,21 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 		if err := r.client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); client.IgnoreNotFound(err) != nil {
 			return err
 		}
+		r.exp.forget("PersistentVolumeClaim", pvc)
 		Metrics.Writes.WithLabelValues("release-volume").Inc()
 	}
 	s.cond(v1.DeferRunVolumeReleased, true, ReasonReleased, "work volume deleted")
-	s.events = append(s.events, event{corev1.EventTypeNormal, "VolumeReleased", "work volume deleted"})
+	s.events = append(s.events, event{corev1.EventTypeNormal, "VolumeReleased", "work volume deleted", true})
 	return nil
 }
 
 // writeStatus is the pass's one status write, skipped when nothing changed.
 func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	s.status.State = State(s.status)
+	for i := range s.status.Conditions {
+		// A trigger written in this pass bumped the generation.
+		s.status.Conditions[i].ObservedGeneration = s.run.Generation
+	}
 	if equality.Semantic.DeepEqual(&s.run.Status, s.status) {
 		return nil
 	}
@@ -520,6 +543,7 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	if err := r.client.Status().Update(ctx, s.run); err != nil {
 		return err
 	}
+	r.exp.expect("DeferRun", s.run)
 	Metrics.Writes.WithLabelValues("status").Inc()
 	if s.finishedNow {
 		Metrics.Runs.WithLabelValues(string(s.run.Spec.Trigger), s.status.State).Inc()
@@ -545,7 +569,7 @@ func (r *RunReconciler) emit(ctx context.Context, s *runState) {
 	}
 	for _, e := range s.events {
 		r.recorder.Eventf(s.run, nil, e.typ, e.reason, "DeferRun", "%s", e.note)
-		if job != nil {
+		if job != nil && !e.runOnly {
 			r.recorder.Eventf(job, s.run, e.typ, e.reason, "DeferRun", "%s: %s", s.run.Name, e.note)
 		}
 	}
@@ -558,6 +582,7 @@ func (r *RunReconciler) removeFinalizer(ctx context.Context, run *v1.DeferRun) e
 	orig := run.DeepCopy()
 	controllerutil.RemoveFinalizer(run, v1.DeferRunFinalizer)
 	log.FromContext(ctx).Info("removing defer run finalizer")
+	r.exp.forget("DeferRun", run)
 	return client.IgnoreNotFound(r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
 }
 

@@ -28,6 +28,7 @@ const annotationSkipReason = "kdefer.io/skip-reason"
 type PodReconciler struct {
 	client client.Client
 	clock  clock.Clock
+	exp    *expectations
 }
 
 // NewPodReconciler returns the pod reconciler.
@@ -45,10 +46,17 @@ func NewPodReconciler(c client.Client, clk clock.Clock) *PodReconciler {
 func (r *PodReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.client.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			pod.Name, pod.Namespace = req.Name, req.Namespace
+			r.exp.forget("Pod", pod)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if pod.Labels[v1.LabelManaged] != "true" {
 		return reconcile.Result{}, nil
+	}
+	if !r.exp.satisfied("Pod", pod, pod) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind our own write
 	}
 	res, err := r.reconcile(ctx, pod)
 	return quiet(ctx, res, err)
@@ -123,7 +131,11 @@ func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) er
 	orig := pod.DeepCopy()
 	controllerutil.AddFinalizer(pod, v1.PodFinalizer)
 	log.FromContext(ctx).Info("adding pod finalizer")
-	return r.client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if err := r.client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	r.exp.expect("Pod", pod)
+	return nil
 }
 
 // loadRun finds the pod's DeferRun. A run of the same name for another pod
@@ -132,10 +144,17 @@ func (r *PodReconciler) loadRun(ctx context.Context, s *podState) (reconcile.Res
 	run := &v1.DeferRun{}
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(s.pod), run)
 	if apierrors.IsNotFound(err) {
+		key := &v1.DeferRun{ObjectMeta: metav1.ObjectMeta{Name: s.pod.Name, Namespace: s.pod.Namespace}}
+		if !r.exp.satisfied("DeferRun", key, nil) {
+			return reconcile.Result{RequeueAfter: time.Second}, nil, true // created, not yet cached
+		}
 		return reconcile.Result{}, nil, false
 	}
 	if err != nil {
 		return reconcile.Result{}, err, true
+	}
+	if !r.exp.satisfied("DeferRun", run, run) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil, true
 	}
 	if run.Spec.PodUID != s.pod.UID {
 		if Finished(run) && run.DeletionTimestamp == nil {
@@ -157,6 +176,9 @@ func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
 		}
 		if err != nil {
 			return err
+		}
+		if !r.exp.satisfied("PersistentVolumeClaim", pvc, pvc) {
+			return errRequeue
 		}
 		if !ownedBy(pvc.OwnerReferences, s.pod.UID) && (s.run == nil || !HasOwner(pvc.OwnerReferences, s.run)) {
 			continue // not this pod's claim (a stale PVC of an earlier pod of this name)
@@ -200,6 +222,7 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 		}
 		return err
 	}
+	r.exp.expect("DeferRun", run)
 	s.run = run
 	return nil
 }
@@ -217,6 +240,7 @@ func (r *PodReconciler) adopt(ctx context.Context, s *podState) error {
 		if err := r.client.Patch(ctx, pvc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return client.IgnoreNotFound(err)
 		}
+		r.exp.expect("PersistentVolumeClaim", pvc)
 		Metrics.Writes.WithLabelValues("adopt").Inc()
 	}
 	return nil
@@ -232,7 +256,11 @@ func (r *PodReconciler) propagateSkip(ctx context.Context, s *podState) error {
 	orig := run.DeepCopy()
 	setAnnotation(run, v1.AnnotationSkip, "true")
 	log.FromContext(ctx).Info("skipping defer run on request")
-	return r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if err := r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	r.exp.expect("DeferRun", run)
+	return nil
 }
 
 // applyTrigger records in run why its pod ended (in memory; the caller
@@ -295,6 +323,7 @@ func (r *PodReconciler) releasePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := r.client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	r.exp.expect("Pod", pod)
 	Metrics.Writes.WithLabelValues("release-pod").Inc()
 	return nil
 }

@@ -180,6 +180,11 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 	})
 	c := mgr.GetClient()
+	exp := newExpectations()
+	podRec := NewPodReconciler(c, opts.Clock)
+	podRec.exp = exp
+	runRec := NewRunReconciler(c, mgr.GetAPIReader(), mgr.GetEventRecorder("kdefer-controller"), opts.Clock, opts.DeferPod)
+	runRec.exp = exp
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-pod").
 		For(&corev1.Pod{}, builder.WithPredicates(managed)).
@@ -187,7 +192,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&v1.DeferRun{}, sameName).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
-		Complete(NewPodReconciler(c, opts.Clock)); err != nil {
+		Complete(podRec); err != nil {
 		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
@@ -205,7 +210,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&corev1.Pod{}, sameName, builder.WithPredicates(managed)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
-		Complete(NewRunReconciler(c, mgr.GetAPIReader(), mgr.GetEventRecorder("kdefer-controller"), opts.Clock, opts.DeferPod))
+		Complete(runRec)
 }
 
 // pvcToPod maps a work PVC to its pod (the ephemeral-volume controller makes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,10 +54,14 @@ func (c *WriteCounter) Writes() []Write {
 	return append([]Write(nil), c.writes...)
 }
 
-// Total returns how many writes of that verb and kind succeeded.
+// Total returns how many writes of that verb and kind (with subresource
+// "kind/sub", e.g. "DeferRun/status") succeeded.
 func (c *WriteCounter) Total(verb, kind string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !strings.Contains(kind, "/") {
+		kind += "/"
+	}
 	return c.totals[verb+" "+kind]
 }
 
@@ -122,7 +127,7 @@ func (c *WriteCounter) after(w Write, err error) error {
 	if c.totals == nil {
 		c.totals = map[string]int{}
 	}
-	c.totals[w.Verb+" "+w.Kind]++
+	c.totals[w.Verb+" "+w.Kind+"/"+w.Subresource]++
 	if c.crashed {
 		c.mu.Unlock()
 		return ErrCrashed

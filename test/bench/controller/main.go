@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
@@ -55,9 +56,10 @@ var (
 	nUnmanaged = flag.Int("unmanaged", 10000, "unmanaged pods")
 	steadyRate = flag.Int("steady-rate", 20, "terminations per second in the steady phase")
 	steadyFor  = flag.Duration("steady-for", 10*time.Second, "length of the steady phase")
-	workers    = flag.Int("workers", 16, "manager workers per controller")
+	workers    = flag.Int("workers", 0, "manager workers per controller (0: the manager's default)")
 	podsPerJob = flag.Int("pods-per-job", 100, "managed pods per Job")
 	verbose    = flag.Bool("v", false, "manager logs on stderr")
+	queues     = flag.Bool("queues", false, "log the controllers' workqueue depths every second")
 	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed")
 )
 
@@ -161,6 +163,28 @@ func run() error {
 		return fmt.Errorf("bench cache did not sync")
 	}
 
+	if *queues {
+		go func() {
+			for range time.Tick(time.Second) {
+				mfs, _ := metrics.Registry.Gather()
+				var parts []string
+				for _, mf := range mfs {
+					if mf.GetName() != "workqueue_depth" && mf.GetName() != "controller_runtime_active_workers" {
+						continue
+					}
+					for _, m := range mf.GetMetric() {
+						for _, l := range m.GetLabel() {
+							if l.GetName() == "name" || l.GetName() == "controller" {
+								parts = append(parts, fmt.Sprintf("%s/%s=%.0f", strings.TrimPrefix(mf.GetName(), "controller_runtime_"), l.GetValue(), m.GetGauge().GetValue()))
+							}
+						}
+					}
+				}
+				sort.Strings(parts)
+				logf("queues %s", strings.Join(parts, " "))
+			}
+		}()
+	}
 	h0 := heapMiB()
 	logf("creating %d unmanaged pods", *nUnmanaged)
 	if err := parallel(*nUnmanaged, 32, func(i int) error {
@@ -247,11 +271,17 @@ func run() error {
 	// Let the burst's bookkeeping (trigger, PDB, status) finish before the
 	// steady phase, which measures an idle controller.
 	if err := waitFor(ctx, 5*time.Minute, func() bool {
-		return writes.Total("update", "DeferRun") >= len(burst) && writes.Total("create", "PodDisruptionBudget") >= len(burst)
+		return writes.Total("update", "DeferRun") >= len(burst) && writes.Total("create", "PodDisruptionBudget") >= len(burst) &&
+			writes.Total("update", "DeferRun/status") >= len(burst)
 	}); err != nil {
 		return fmt.Errorf("burst bookkeeping: %w", err)
 	}
 	logf("burst bookkeeping done")
+	if *memProfile != "" {
+		f, _ := os.Create(*memProfile + ".goroutines")
+		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+		f.Close()
+	}
 
 	// Steady: steadyRate terminations a second.
 	steady := make([]int, 0, steadyN)
