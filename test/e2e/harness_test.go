@@ -1,0 +1,666 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/storage"
+	"github.com/kdefer/kdefer/test/clusterenv"
+	"github.com/kdefer/kdefer/test/s3server"
+)
+
+// bucket receives every scenario's outputs, under NAMESPACE/JOB/POD/.
+const bucket = "e2e"
+
+// s3Addr is the shared MinIO that run.sh starts on the node address.
+func s3Addr() string {
+	if a := os.Getenv("KDEFER_E2E_S3"); a != "" {
+		return a
+	}
+	return clusterenv.NodeIP + ":9000"
+}
+
+var bucketOnce sync.Mutex
+
+// scenario is one e2e test: its namespace, S3 server and signal server.
+type scenario struct {
+	t    *testing.T
+	env  *clusterenv.Env
+	ns   string
+	s3   string // host:port of the MinIO the Job's stage steps use
+	mc   *minio.Client
+	sig  *signals
+	ctx  context.Context
+	pvs  map[string]string // claim -> PV, recorded while bound
+	pvMu sync.Mutex
+}
+
+// newScenario sets up a namespace with the MinIO credentials Secret
+// ("minio"), a signal server and the bucket on the shared MinIO (or s3addr).
+func newScenario(t *testing.T, prefix string, s3addr ...string) *scenario {
+	t.Helper()
+	env := clusterenv.Require(t)
+	addr := s3Addr()
+	if len(s3addr) > 0 {
+		addr = s3addr[0]
+	}
+	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
+		if os.Getenv("KDEFER_REQUIRE_TOOLS") == "1" {
+			t.Fatalf("no MinIO at %s (test/e2e/run.sh starts one): %v", addr, err)
+		}
+		t.Skipf("no MinIO at %s (test/e2e/run.sh starts one): %v", addr, err)
+	}
+	conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel)
+	s := &scenario{t: t, env: env, s3: addr, mc: s3server.Client(t, addr), ctx: ctx, pvs: map[string]string{}}
+	bucketOnce.Lock()
+	ok, err := s.mc.BucketExists(ctx, bucket)
+	if err == nil && !ok {
+		err = s.mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"})
+	}
+	bucketOnce.Unlock()
+	if err != nil {
+		t.Fatalf("bucket %s on %s: %v", bucket, addr, err)
+	}
+	s.ns = env.Namespace(t, prefix)
+	_, err = env.Clientset.CoreV1().Secrets(s.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "minio"},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3server.AccessKey, "AWS_SECRET_ACCESS_KEY": s3server.SecretKey},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sig = newSignals(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.dumpState()
+		}
+	})
+	return s
+}
+
+func (s *scenario) logf(format string, args ...any) {
+	s.t.Helper()
+	s.t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// dumpState logs the namespace's objects and kdefer's log on failure.
+func (s *scenario) dumpState() {
+	for _, args := range [][]string{
+		{"get", "jobs,pods,pvc,pdb,deferruns", "-o", "wide", "-n", s.ns},
+		{"get", "deferruns", "-n", s.ns, "-o", "yaml"},
+		{"get", "events", "-n", s.ns, "--sort-by=.lastTimestamp"},
+		{"logs", "-n", "kdefer-system", "deploy/kdefer-controller", "--tail=60"},
+	} {
+		out, _ := kubectl(context.Background(), args...)
+		s.t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+	}
+}
+
+// kubectl runs the cluster's kubectl (KDEFER_KUBECTL, else kubectl) with its kubeconfig.
+func kubectl(ctx context.Context, args ...string) (string, error) {
+	bin := os.Getenv("KDEFER_KUBECTL")
+	if bin == "" {
+		bin = "kubectl"
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", clusterenv.Dir() + "/kubeconfig"}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// ---- what the pods run ----------------------------------------------------
+
+// workload describes a main container's script: it writes files
+// out/f0.dat.. out/f{n-1}.dat of size bytes each (line "kdefer-e2e file I"
+// repeated) and out/SHA256SUMS, signals "ready", then ends per mode.
+type workload struct {
+	files, size int
+	mode        string // "exit N", "wait N" (wait for the go signal, then exit N), "hold" (until killed), "oom", "fill"
+}
+
+func fileContent(i, size int) []byte {
+	line := fmt.Sprintf("kdefer-e2e file %d\n", i)
+	return bytes.Repeat([]byte(line), size/len(line)+1)[:size]
+}
+
+func (w workload) script(sig string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `trap 'exit 143' TERM
+set -e
+mkdir -p /kdefer/out
+i=0
+while [ $i -lt %d ]; do yes "kdefer-e2e file $i" | head -c %d > /kdefer/out/f$i.dat; i=$((i+1)); done
+cd /kdefer/out && sha256sum f*.dat > SHA256SUMS && cd /
+timeout 30 wget -q -O /dev/null %s/ready/$HOSTNAME
+`, w.files, w.size, sig)
+	f := strings.Fields(w.mode)
+	switch f[0] {
+	case "exit":
+		fmt.Fprintf(&b, "exit %s\n", f[1])
+	case "wait":
+		fmt.Fprintf(&b, "timeout 600 wget -q -O /dev/null %s/go/$HOSTNAME & wait $!\nexit %s\n", sig, f[1])
+	case "hold":
+		b.WriteString("while :; do sleep 3600 & wait $!; done\n")
+	case "oom": // the main process itself exceeds the memory limit
+		b.WriteString("exec dd if=/dev/zero of=/dev/null bs=256M count=1\n")
+	case "fill": // the container's writable layer exceeds its ephemeral-storage limit
+		b.WriteString("dd if=/dev/zero of=/tmp/fill bs=1M count=24\nwhile :; do sleep 3600 & wait $!; done\n")
+	default:
+		panic("workload mode " + w.mode)
+	}
+	return b.String()
+}
+
+// job builds an opted-in Job running w, staging out to the scenario's bucket.
+func (s *scenario) job(name string, w workload) *batchv1.Job {
+	busybox := clusterenv.MustImage(s.t, "busybox")
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: s.ns,
+			Labels: map[string]string{v1.LabelEnabled: "true"},
+			Annotations: map[string]string{
+				v1.AnnotationStageOut:    s.stageOutURL(),
+				v1.AnnotationCredentials: "minio",
+			},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](10),
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					Containers: []corev1.Container{{
+						Name: "main", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
+						Command: []string{"sh", "-c", w.script(s.sig.url)},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func (s *scenario) s3Query() string {
+	return "?endpoint=http://" + s.s3 + "&use_path_style=true&region=us-east-1"
+}
+
+func (s *scenario) stageOutURL() string {
+	return "s3://" + bucket + "/{namespace}/{job}/{pod}/" + s.s3Query()
+}
+
+func (s *scenario) create(obj client.Object) {
+	s.t.Helper()
+	if err := s.env.Client.Create(s.ctx, obj); err != nil {
+		s.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// ---- signals between pods and the test ------------------------------------
+
+// signals is an HTTP server on the node address: pods GET /ready/POD when
+// their outputs are written and GET /go/POD to wait for the test's release;
+// defer containers POST results to /result.
+type signals struct {
+	url     string
+	ready   chan string
+	results chan string
+	mu      sync.Mutex
+	gos     map[string]chan struct{}
+	done    chan struct{}
+}
+
+func newSignals(t *testing.T) *signals {
+	s := &signals{ready: make(chan string, 64), results: make(chan string, 64), gos: map[string]chan struct{}{}, done: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ready/{pod}", func(w http.ResponseWriter, r *http.Request) {
+		s.ready <- r.PathValue("pod")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/go/{pod}", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-s.goChan(r.PathValue("pod")):
+			fmt.Fprintln(w, "go")
+		case <-s.done:
+			http.Error(w, "test over", http.StatusServiceUnavailable)
+		case <-r.Context().Done():
+		}
+	})
+	mux.HandleFunc("/result", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 4096))
+		s.results <- string(b)
+		fmt.Fprintln(w, "ok")
+	})
+	s.url = clusterenv.ServeOnNode(t, mux)
+	t.Cleanup(func() { close(s.done) })
+	return s
+}
+
+func (s *signals) goChan(pod string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.gos[pod]
+	if !ok {
+		c = make(chan struct{})
+		s.gos[pod] = c
+	}
+	return c
+}
+
+// release lets pod's "wait" end.
+func (s *signals) release(pod string) {
+	c := s.goChan(pod)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}
+
+// waitReady returns the next pod that signalled ready.
+func (sc *scenario) waitReady(timeout time.Duration) string {
+	sc.t.Helper()
+	select {
+	case p := <-sc.sig.ready:
+		sc.logf("pod %s wrote its outputs", p)
+		return p
+	case <-time.After(timeout):
+		sc.t.Fatalf("no pod signalled ready within %s (outputs written)", timeout)
+	}
+	return ""
+}
+
+func (sc *scenario) waitResult(timeout time.Duration) string {
+	sc.t.Helper()
+	select {
+	case r := <-sc.sig.results:
+		return r
+	case <-time.After(timeout):
+		sc.t.Fatalf("no result posted within %s", timeout)
+	}
+	return ""
+}
+
+// ---- waiting on kdefer ------------------------------------------------------
+
+func (s *scenario) run(pod string) *v1.DeferRun {
+	run := &v1.DeferRun{}
+	if err := s.env.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: pod}, run); err != nil {
+		return nil
+	}
+	return run
+}
+
+// waitRun waits until the pod's DeferRun satisfies cond.
+func (s *scenario) waitRun(pod string, timeout time.Duration, what string, cond func(*v1.DeferRun) bool) *v1.DeferRun {
+	s.t.Helper()
+	var last *v1.DeferRun
+	err := clusterenv.WaitFor(s.ctx, timeout, "DeferRun "+s.ns+"/"+pod+" "+what, func(ctx context.Context) (bool, error) {
+		run := &v1.DeferRun{}
+		if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: pod}, run); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		last = run
+		return cond(run), nil
+	})
+	if err != nil {
+		if last != nil {
+			err = fmt.Errorf("%w (last: trigger %q state %q conditions %s steps %+v)", err, last.Spec.Trigger, last.Status.State, runConds(last), last.Status.Steps)
+		}
+		s.t.Fatal(err)
+	}
+	return last
+}
+
+func runConds(r *v1.DeferRun) string {
+	var b []string
+	for _, c := range r.Status.Conditions {
+		b = append(b, fmt.Sprintf("%s=%s/%s", c.Type, c.Status, c.Reason))
+	}
+	return strings.Join(b, ",")
+}
+
+func finished(r *v1.DeferRun) bool {
+	switch r.Status.State {
+	case v1.DeferRunSucceeded, v1.DeferRunFailed, v1.DeferRunSkipped:
+		return true
+	}
+	return false
+}
+
+// waitFinished waits for the run's end and checks its trigger and state.
+func (s *scenario) waitFinished(pod string, trigger v1.Trigger, state string, timeout time.Duration) *v1.DeferRun {
+	s.t.Helper()
+	run := s.waitRun(pod, timeout, "to finish", finished)
+	s.logf("DeferRun %s: trigger %s state %s (%s)", pod, run.Spec.Trigger, run.Status.State, runConds(run))
+	if run.Spec.Trigger != trigger {
+		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, run.Spec.Trigger, trigger)
+	}
+	if run.Status.State != state {
+		s.t.Errorf("DeferRun %s: state %q, want %q (conditions %s, steps %+v)", pod, run.Status.State, state, runConds(run), run.Status.Steps)
+	}
+	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunTriggered)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(trigger) {
+		s.t.Errorf("DeferRun %s: Triggered condition %+v, want True/%s", pod, c, trigger)
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, state); c == nil || c.Status != metav1.ConditionTrue {
+		s.t.Errorf("DeferRun %s: condition %s %+v, want True", pod, state, c)
+	}
+	return run
+}
+
+// volumeReleased checks that the run released its work volume (the PVC is
+// deleted; it goes once no pod uses it).
+func (s *scenario) volumeReleased(run *v1.DeferRun) {
+	s.t.Helper()
+	run = s.waitRun(run.Name, time.Minute, "to release its volume", func(r *v1.DeferRun) bool {
+		return meta.IsStatusConditionTrue(r.Status.Conditions, v1.DeferRunVolumeReleased)
+	})
+	for _, v := range run.Spec.Volumes {
+		err := clusterenv.WaitFor(s.ctx, 30*time.Second, "work PVC "+v.ClaimName+" deleted", func(ctx context.Context) (bool, error) {
+			pvc, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, v.ClaimName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			return pvc.DeletionTimestamp != nil, nil
+		})
+		if err != nil {
+			s.t.Error(err)
+		}
+	}
+}
+
+// recordPVs remembers which PV each work PVC of the namespace is bound to.
+func (s *scenario) recordPVs() {
+	pvcs, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.pvMu.Lock()
+	defer s.pvMu.Unlock()
+	for _, p := range pvcs.Items {
+		if p.Spec.VolumeName != "" {
+			s.pvs[p.Name] = p.Spec.VolumeName
+		}
+	}
+}
+
+// podGone waits until the pod has been deleted (its finalizer removed).
+func (s *scenario) podGone(pod string, timeout time.Duration) {
+	s.t.Helper()
+	if err := s.env.WaitPodGone(s.ctx, s.ns, pod, timeout); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// noFinalizer waits until kdefer's finalizer is off the pod (or the pod is gone).
+func (s *scenario) noFinalizer(pod string) {
+	s.t.Helper()
+	err := clusterenv.WaitFor(s.ctx, time.Minute, "kdefer's finalizer off pod "+pod, func(ctx context.Context) (bool, error) {
+		p, err := s.env.Clientset.CoreV1().Pods(s.ns).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, f := range p.Finalizers {
+			if f == v1.PodFinalizer {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// cleanUp deletes the Job (if still there) with background propagation and
+// checks nothing of the scenario is left: no pod, PVC, DeferRun or PDB in
+// the namespace, and no PV still bound to one of its claims.
+func (s *scenario) cleanUp(jobs ...string) {
+	s.t.Helper()
+	s.recordPVs()
+	for _, j := range jobs {
+		err := s.env.Clientset.BatchV1().Jobs(s.ns).Delete(s.ctx, j, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			s.t.Fatalf("delete job %s: %v", j, err)
+		}
+	}
+	s.noLeaks(2 * time.Minute)
+}
+
+func (s *scenario) noLeaks(timeout time.Duration) {
+	s.t.Helper()
+	var left string
+	err := clusterenv.WaitFor(s.ctx, timeout, "every pod, PVC, PDB and DeferRun of "+s.ns+" to be gone", func(ctx context.Context) (bool, error) {
+		var names []string
+		pods, err := s.env.Clientset.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			names = append(names, "pod/"+p.Name)
+		}
+		pvcs, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pvcs.Items {
+			names = append(names, "pvc/"+p.Name)
+		}
+		pdbs, err := s.env.Clientset.PolicyV1().PodDisruptionBudgets(s.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pdbs.Items {
+			names = append(names, "pdb/"+p.Name)
+		}
+		runs := &v1.DeferRunList{}
+		if err := s.env.Client.List(ctx, runs, client.InNamespace(s.ns)); err != nil {
+			return false, err
+		}
+		for _, r := range runs.Items {
+			names = append(names, "deferrun/"+r.Name)
+		}
+		left = strings.Join(names, " ")
+		return len(names) == 0, nil
+	})
+	if err != nil {
+		s.t.Fatalf("%v; left: %s", err, left)
+	}
+	s.pvMu.Lock()
+	defer s.pvMu.Unlock()
+	for claim, pv := range s.pvs {
+		p, err := s.env.Clientset.CoreV1().PersistentVolumes().Get(s.ctx, pv, metav1.GetOptions{})
+		if err != nil {
+			s.t.Errorf("PV %s: %v", pv, err)
+			continue
+		}
+		if p.Status.Phase == corev1.VolumeBound && p.Spec.ClaimRef != nil && p.Spec.ClaimRef.Namespace == s.ns && p.Spec.ClaimRef.Name == claim {
+			s.t.Errorf("PV %s still Bound to %s/%s", pv, s.ns, claim)
+		}
+	}
+	recyclePVs(s.t, s.env)
+}
+
+var recycleMu sync.Mutex
+
+func recyclePVs(t *testing.T, env *clusterenv.Env) {
+	recycleMu.Lock()
+	defer recycleMu.Unlock()
+	if _, err := env.RecycleReleasedPVs(context.Background()); err != nil {
+		t.Logf("recycle PVs: %v", err) // a concurrent recycle; the next one gets it
+	}
+}
+
+// ---- what must be in the bucket --------------------------------------------
+
+type object struct {
+	info minio.ObjectInfo
+	data []byte
+}
+
+func (s *scenario) objects(prefix string) map[string]object {
+	s.t.Helper()
+	out := map[string]object{}
+	for o := range s.mc.ListObjects(s.ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			s.t.Fatalf("list s3://%s/%s: %v", bucket, prefix, o.Err)
+		}
+		r, err := s.mc.GetObject(s.ctx, bucket, o.Key, minio.GetObjectOptions{})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		data, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			s.t.Fatalf("get %s: %v", o.Key, err)
+		}
+		out[strings.TrimPrefix(o.Key, prefix)] = object{o, data}
+	}
+	return out
+}
+
+// checkOutputs checks that everything the pod wrote is in the bucket under
+// NAMESPACE/JOB/POD/: every byte of out/f*.dat, SHA256SUMS as the pod
+// computed it, and the manifest, listing exactly those objects, written
+// last, with the trigger. extra are other keys expected (e.g. inputs).
+func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger, extra ...string) map[string]object {
+	s.t.Helper()
+	prefix := s.ns + "/" + job + "/" + pod + "/"
+	objs := s.objects(prefix)
+	want := map[string]bool{"out/SHA256SUMS": true, storage.ManifestKey: true}
+	for _, e := range extra {
+		want[e] = true
+	}
+	sums := map[string]string{}
+	for i := range w.files {
+		key := fmt.Sprintf("out/f%d.dat", i)
+		want[key] = true
+		o, ok := objs[key]
+		if !ok {
+			continue
+		}
+		if exp := fileContent(i, w.size); !bytes.Equal(o.data, exp) {
+			s.t.Errorf("%s: %d bytes differ from the %d the pod wrote", key, len(o.data), len(exp))
+		}
+		h := sha256.Sum256(o.data)
+		sums[fmt.Sprintf("f%d.dat", i)] = hex.EncodeToString(h[:])
+	}
+	var missing, unexpected []string
+	for k := range want {
+		if _, ok := objs[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	for k := range objs {
+		if !want[k] {
+			unexpected = append(unexpected, k)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(unexpected)
+	if len(missing) > 0 || len(unexpected) > 0 {
+		s.t.Fatalf("s3://%s/%s: missing %v, unexpected %v", bucket, prefix, missing, unexpected)
+	}
+	// The pod's own checksums match the stored bytes.
+	for _, line := range strings.Split(strings.TrimSpace(string(objs["out/SHA256SUMS"].data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || sums[f[1]] != f[0] {
+			s.t.Errorf("SHA256SUMS line %q does not match the stored object (sha256 %s)", line, sums[f[1]])
+		}
+	}
+	if n := len(strings.Split(strings.TrimSpace(string(objs["out/SHA256SUMS"].data)), "\n")); n != w.files {
+		s.t.Errorf("SHA256SUMS has %d lines, want %d", n, w.files)
+	}
+	// The manifest: lists exactly the other objects with their sizes, has the trigger, was written last.
+	mo := objs[storage.ManifestKey]
+	m, err := storage.ParseManifest(mo.data)
+	if err != nil {
+		s.t.Fatalf("manifest: %v", err)
+	}
+	if m.Trigger != string(trigger) {
+		s.t.Errorf("manifest trigger %q, want %q", m.Trigger, trigger)
+	}
+	listed := map[string]int64{}
+	for _, f := range m.Files {
+		listed[f.Key] = f.Size
+	}
+	for k, o := range objs {
+		if k == storage.ManifestKey {
+			continue
+		}
+		if size, ok := listed[k]; !ok || size != int64(len(o.data)) {
+			s.t.Errorf("manifest lists %s with size %d (listed %v), object has %d", k, size, ok, len(o.data))
+		}
+		if o.info.LastModified.After(mo.info.LastModified) {
+			s.t.Errorf("%s (modified %s) written after the manifest (%s)", k, o.info.LastModified.Format(time.StampMilli), mo.info.LastModified.Format(time.StampMilli))
+		}
+	}
+	if len(listed) != len(objs)-1 {
+		s.t.Errorf("manifest lists %d files, the prefix holds %d objects besides it", len(listed), len(objs)-1)
+	}
+	s.logf("s3://%s/%s: %d objects, every byte and checksum right, manifest last", bucket, prefix, len(objs))
+	return objs
+}
+
+// noOutputs checks that nothing was uploaded for the pod.
+func (s *scenario) noOutputs(job, pod string) {
+	s.t.Helper()
+	if objs := s.objects(s.ns + "/" + job + "/" + pod + "/"); len(objs) > 0 {
+		var keys []string
+		for k := range objs {
+			keys = append(keys, k)
+		}
+		s.t.Errorf("expected no upload for %s, found %v", pod, keys)
+	}
+}
+
+// ---- small helpers ----------------------------------------------------------
+
+func (s *scenario) podsOf(job string) []corev1.Pod {
+	pods, err := s.env.Clientset.CoreV1().Pods(s.ns).List(s.ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func mustQ(s string) resource.Quantity { return resource.MustParse(s) }

@@ -1,0 +1,155 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// The trigger matrix: one test per way a pod ends. These run in parallel
+// (each in its own namespace) after the serial tests that disturb the
+// cluster (drain, restarts, kdefer stopped).
+
+var small = workload{files: 3, size: 64 << 10}
+
+// endsAlone runs a Job whose pod ends by itself (mode), and checks the run.
+func endsAlone(t *testing.T, name string, w workload, trigger v1.Trigger, mod func(*scenario, *corev1.PodSpec)) {
+	s := newScenario(t, name)
+	job := s.job("sim", w)
+	if mod != nil {
+		mod(s, &job.Spec.Template.Spec)
+	}
+	s.create(job)
+	pod := s.waitReady(2 * time.Minute)
+	run := s.waitFinished(pod, trigger, v1.DeferRunSucceeded, 3*time.Minute)
+	s.checkOutputs("sim", pod, w, trigger)
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.cleanUp("sim")
+}
+
+func TestSucceeded(t *testing.T) {
+	t.Parallel()
+	w := small
+	w.mode = "exit 0"
+	endsAlone(t, "succeeded", w, v1.TriggerSucceeded, nil)
+}
+
+func TestFailedNonZeroExit(t *testing.T) {
+	t.Parallel()
+	w := small
+	w.mode = "exit 3"
+	endsAlone(t, "failed", w, v1.TriggerFailed, nil)
+}
+
+func TestOOMKilled(t *testing.T) {
+	t.Parallel()
+	w := small
+	w.mode = "oom"
+	endsAlone(t, "oom", w, v1.TriggerOOMKilled, func(s *scenario, spec *corev1.PodSpec) {
+		spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: mustQ("24Mi")}
+	})
+}
+
+// TestEvictedEphemeralStorage: the kubelet evicts the pod for exceeding its
+// ephemeral-storage limit (a node-pressure-style eviction, 0 s grace).
+func TestEvictedEphemeralStorage(t *testing.T) {
+	t.Parallel()
+	w := small
+	w.mode = "fill"
+	endsAlone(t, "evicted", w, v1.TriggerEvicted, func(s *scenario, spec *corev1.PodSpec) {
+		spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceEphemeralStorage: mustQ("4Mi")}
+	})
+}
+
+func TestActiveDeadlineSeconds(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "deadline")
+	w := small
+	w.mode = "hold"
+	job := s.job("sim", w)
+	job.Spec.ActiveDeadlineSeconds = ptr.To[int64](25)
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	run := s.waitFinished(pod, v1.TriggerDeadlineExceeded, v1.DeferRunSucceeded, 3*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerDeadlineExceeded)
+	s.volumeReleased(run)
+	s.podGone(pod, time.Minute)
+	s.cleanUp("sim")
+}
+
+func TestPodDeleted(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "deleted")
+	w := small
+	w.mode = "hold"
+	s.create(s.job("sim", w))
+	pod := s.waitReady(time.Minute)
+	s.recordPVs()
+	if err := s.env.Clientset.CoreV1().Pods(s.ns).Delete(s.ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	run := s.waitFinished(pod, v1.TriggerDeleted, v1.DeferRunSucceeded, 3*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerDeleted)
+	s.volumeReleased(run)
+	s.podGone(pod, time.Minute)
+	s.cleanUp("sim")
+}
+
+// TestJobDeletedForeground: `kubectl delete job --cascade=foreground` while
+// the pod runs; the garbage collector deletes the pod and (once kdefer has
+// let go) its work PVC; the outputs are staged out first.
+func TestJobDeletedForeground(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "jobdel")
+	w := small
+	w.mode = "hold"
+	s.create(s.job("sim", w))
+	pod := s.waitReady(time.Minute)
+	s.recordPVs()
+	if out, err := kubectl(s.ctx, "delete", "job", "-n", s.ns, "sim", "--cascade=foreground", "--wait=false"); err != nil {
+		t.Fatalf("kubectl delete job --cascade=foreground: %v: %s", err, out)
+	}
+	s.waitRun(pod, 3*time.Minute, "to finish, or be gone with the Job", func(r *v1.DeferRun) bool { return finished(r) })
+	// The run may be deleted with the Job right after it finished: check what
+	// is left of it, then the bucket.
+	if run := s.run(pod); run != nil {
+		if run.Spec.Trigger != v1.TriggerDeleted || run.Status.State != v1.DeferRunSucceeded {
+			t.Errorf("DeferRun: trigger %s state %s (%s)", run.Spec.Trigger, run.Status.State, runConds(run))
+		}
+	}
+	s.checkOutputs("sim", pod, w, v1.TriggerDeleted)
+	s.podGone(pod, time.Minute)
+	s.noLeaks(2 * time.Minute)
+	if _, err := s.env.Clientset.BatchV1().Jobs(s.ns).Get(s.ctx, "sim", metav1.GetOptions{}); err == nil {
+		t.Error("Job sim still exists after its foreground deletion")
+	}
+}
+
+// TestSkipAnnotation: kdefer.io/skip releases the pod and volume without
+// staging anything out.
+func TestSkipAnnotation(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "skip")
+	w := small
+	w.mode = "exit 0"
+	job := s.job("sim", w)
+	job.Annotations[v1.AnnotationSkip] = "true"
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSkipped, 2*time.Minute)
+	if run.Status.DeferPodName != "" {
+		t.Errorf("a skipped run started defer pod %s", run.Status.DeferPodName)
+	}
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.noOutputs("sim", pod)
+	s.cleanUp("sim")
+}
