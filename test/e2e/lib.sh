@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by test/e2e/run.sh and test/demo/run.sh (sourced, not run): MinIO on
 # the node address and kdefer deployed from deploy/overlays/local.
 # Needs ROOT (the repository) set by the caller.
@@ -7,6 +8,9 @@ E2E_MINIO_CONSOLE=127.0.0.1:0  # any free loopback port
 # The same test credentials as test/s3server (local, short-lived servers).
 E2E_ACCESS_KEY=kdefertest
 E2E_SECRET_KEY=kdefertest-secret-key
+
+# The cluster's own kubectl (v1.34.4, built with it) when cluster.sh env set it.
+kubectl() { command "${KDEFER_KUBECTL:-kubectl}" "$@"; }
 
 log() { printf '[%s %s] %s\n' "${LOG_TAG:-e2e}" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -75,4 +79,14 @@ deploy_kdefer() {
 		kubectl -n kdefer-system logs deploy/kdefer-controller --tail=40 >&2 || true
 		return 1
 	}
+}
+
+# build_images: kdefer's images from this tree, imported into the cluster
+# (KDEFER_BUILD_IMAGES=0 keeps what bin/images holds).
+build_images() {
+	if [[ ${KDEFER_BUILD_IMAGES:-1} == 1 ]]; then
+		log "building kdefer's images from this tree"
+		go run ./test/images --out "${KDEFER_IMAGES_DIR:-$ROOT/bin/images}" >/dev/null
+	fi
+	"$ROOT/test/cluster/cluster.sh" load-images >&2
 }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# make e2e: kdefer's trigger matrix on the local single-node cluster.
+#   1. starts the cluster (test/cluster/cluster.sh up), stopped again on exit
+#      unless KDEFER_KEEP_CLUSTER=1;
+#   2. builds kdefer's images from this tree and imports them
+#      (KDEFER_BUILD_IMAGES=0 imports bin/images as they are);
+#   3. starts MinIO on the node address 10.88.0.1:9000 (pods reach it there);
+#   4. deploys kdefer with kubectl apply -k deploy/overlays/local;
+#   5. go test -tags e2e ./test/e2e/... (extra go test flags: KDEFER_E2E_FLAGS,
+#      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v');
+#   on failure, dumps the component logs and kdefer's.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+export LOG_TAG=e2e
+# shellcheck source=test/e2e/lib.sh
+source "$ROOT/test/e2e/lib.sh"
+
+CLUSTER=$ROOT/test/cluster/cluster.sh
+export KDEFER_CLUSTER_DIR=${KDEFER_CLUSTER_DIR:-$ROOT/bin/cluster}
+STATE=$ROOT/bin/e2e
+mkdir -p "$STATE"
+start=$SECONDS
+rc=1
+
+finish() {
+	rc=$?
+	set +e
+	if ((rc != 0)); then
+		log "FAILED (exit $rc): component logs follow"
+		"$CLUSTER" logs 60 2>&1 | tail -n 400
+		log "kdefer-controller log:"
+		kubectl -n kdefer-system logs deploy/kdefer-controller --tail=100 2>&1
+		log "MinIO log:"
+		tail -n 20 "$STATE/minio.log" 2>/dev/null
+	fi
+	stop_minio "$STATE"
+	if [[ ${KDEFER_KEEP_CLUSTER:-0} == 1 ]]; then
+		log "KDEFER_KEEP_CLUSTER=1: the cluster keeps running (test/cluster/cluster.sh down stops it)"
+	else
+		"$CLUSTER" down >&2 || rc=1
+	fi
+	log "e2e done in $((SECONDS - start))s, exit $rc"
+	exit "$rc"
+}
+trap finish EXIT
+
+"$CLUSTER" up >&2
+eval "$("$CLUSTER" env)"
+export KUBECONFIG
+build_images
+start_minio "$STATE"
+export KDEFER_E2E_S3=$E2E_MINIO_ADDR
+deploy_kdefer
+log "kdefer ready after $((SECONDS - start))s; running the e2e tests"
+# -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
+# shellcheck disable=SC2086
+KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 ${KDEFER_E2E_FLAGS:-} ./test/e2e/...
