@@ -130,7 +130,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		})
 	})
 	if err != nil {
-		return Result{}, storage.WithOp("list destination", err)
+		return Result{}, err
 	}
 
 	pctx, stopProgress := context.WithCancel(ctx)

@@ -190,7 +190,7 @@ func retry(c common, log zerolog.Logger) storage.RetryPolicy {
 	p := storage.DefaultRetry()
 	p.Attempts = max(c.attempts, 1)
 	p.OnRetry = func(attempt int, wait time.Duration, err error) {
-		log.Warn().Int("attempt", attempt).Dur("wait", wait).Str("error", err.Error()).Msg("retry after transient error")
+		log.Warn().Int("attempt", attempt).Str("wait", wait.Round(time.Millisecond).String()).Str("error", err.Error()).Msg("retry after transient error")
 	}
 	return p
 }
