@@ -31,7 +31,8 @@ func TestConformanceFile(t *testing.T) {
 func TestConformanceVersityGW(t *testing.T) {
 	addr := s3server.StartVersity(t)
 	s3server.SetCredentials(t)
-	bucket := "conformance"
+	// One gateway per process: a bucket per test run (-count=N).
+	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
 	s3server.MakeBucket(t, addr, bucket)
 	storagetest.Run(t, storagetest.Harness{URL: func(t *testing.T) string {
 		return s3server.S3URL(addr, bucket, uniq(t)+"/")
