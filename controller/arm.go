@@ -17,6 +17,12 @@ import (
 // controller names their PVCs POD-VOLUME.
 func WorkClaims(pod *corev1.Pod) []v1.RetainedVolume {
 	var out []v1.RetainedVolume
+	if names, ok := pod.Annotations[annotationCachedWorkVolumes]; ok && len(pod.Spec.Volumes) == 0 {
+		for _, n := range strings.Split(names, ",") {
+			out = append(out, v1.RetainedVolume{Name: n, ClaimName: pod.Name + "-" + n})
+		}
+		return out
+	}
 	for _, vol := range pod.Spec.Volumes {
 		e := vol.Ephemeral
 		if e == nil || e.VolumeClaimTemplate == nil {
@@ -47,7 +53,7 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 			Name:        pod.Name,
 			Namespace:   pod.Namespace,
 			Labels:      map[string]string{v1.LabelPodName: LabelValue(pod.Name)},
-			Annotations: configAnnotations(pod.Annotations),
+			Annotations: map[string]string{},
 			Finalizers:  []string{v1.DeferRunFinalizer},
 		},
 		Spec: v1.DeferRunSpec{
@@ -60,7 +66,12 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 		},
 	}
 	if configErr != "" {
+		// The run re-resolves its policy from these once the cause is fixed.
+		run.Annotations = configAnnotations(pod.Annotations)
 		run.Annotations[annotationConfigError] = configErr
+	}
+	if pod.Annotations[v1.AnnotationSkip] == "true" {
+		run.Annotations[v1.AnnotationSkip] = "true"
 	}
 	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/") {
 		run.Spec.JobName = ref.Name

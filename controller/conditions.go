@@ -17,6 +17,9 @@ const (
 	// the run was armed; the run re-resolves it before it starts and
 	// proceeds once the cause is fixed.
 	annotationConfigError = "kdefer.io/config-error"
+	// annotationCachedWorkVolumes exists only in the controller's cache: the
+	// pod transform replaces spec.volumes by the names of the work volumes.
+	annotationCachedWorkVolumes = "kdefer.io/cached-work-volumes"
 	// AnnotationRelease ("true") on a DeferRun releases its volume by hand
 	// (`kdefer release`); an unfinished run stops first.
 	AnnotationRelease = "kdefer.io/release"

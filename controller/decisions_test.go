@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -239,7 +240,16 @@ func TestJobSummary(t *testing.T) {
 
 func TestBuildRun(t *testing.T) {
 	pod := kt.MakePod("p", "ns").OnNode("n1").OwnedByJob("j", "job-uid").Annotation(v1.AnnotationPolicy, "pol").Annotation("other", "x").Obj()
+	pod.Labels["app"] = "x"
+	pod.Annotations[batchv1.JobCompletionIndexAnnotation] = "7"
 	run := BuildRun(pod, "pol", v1.DeferPolicySpec{}, "")
+	stripped, _ := stripPod(pod.DeepCopy())
+	if diff := cmp.Diff(run, BuildRun(stripped.(*corev1.Pod), "pol", v1.DeferPolicySpec{}, "")); diff != "" {
+		t.Errorf("BuildRun of the cached (stripped) pod differs (-full +stripped):\n%s", diff)
+	}
+	if run.Spec.CompletionIndex == nil || *run.Spec.CompletionIndex != 7 {
+		t.Errorf("completion index %v", run.Spec.CompletionIndex)
+	}
 	if run.Name != "p" || run.Spec.JobName != "j" || run.Spec.PodUID != pod.UID || run.Spec.NodeName != "n1" {
 		t.Errorf("run %+v", run.Spec)
 	}
@@ -247,8 +257,12 @@ func TestBuildRun(t *testing.T) {
 	if diff := cmp.Diff(wantOwner, run.OwnerReferences); diff != "" {
 		t.Errorf("owner (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]string{v1.AnnotationPolicy: "pol", v1.AnnotationStageOut: "s3://bucket/{namespace}/{pod}/"}, run.Annotations); diff != "" {
-		t.Errorf("annotations: only kdefer's configuration is copied (-want +got):\n%s", diff)
+	if diff := cmp.Diff(map[string]string{}, run.Annotations); diff != "" {
+		t.Errorf("annotations: none copied without a config error (-want +got):\n%s", diff)
+	}
+	withErr := BuildRun(pod, "pol", v1.DeferPolicySpec{}, "policy missing")
+	if diff := cmp.Diff(map[string]string{v1.AnnotationPolicy: "pol", v1.AnnotationStageOut: "s3://bucket/{namespace}/{pod}/", annotationConfigError: "policy missing"}, withErr.Annotations); diff != "" {
+		t.Errorf("annotations with a config error: kdefer's configuration is copied (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]v1.RetainedVolume{{Name: v1.DefaultWorkVolumeName, ClaimName: "p-kdefer-work"}}, run.Spec.Volumes); diff != "" {
 		t.Errorf("volumes (-want +got):\n%s", diff)

@@ -2,21 +2,25 @@ package controller
 
 import (
 	"context"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -90,6 +94,8 @@ func stripPod(obj any) (any, error) {
 	if p.Labels[v1.LabelManaged] == LabelManagedDefer {
 		return p, nil // small, and Observe reads most of it
 	}
+	p.Labels = keepKeys(p.Labels, nil)
+	p.Annotations = keepKeys(p.Annotations, map[string]bool{batchv1.JobCompletionIndexAnnotation: true})
 	slim := func(cs []corev1.Container) []corev1.Container {
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
@@ -98,18 +104,23 @@ func stripPod(obj any) (any, error) {
 		return out
 	}
 	p.Spec.Containers = slim(p.Spec.Containers)
-	p.Spec.InitContainers = slim(p.Spec.InitContainers)
+	// Native sidecars never count (Classify reads regular containers only),
+	// and the work volumes are summarised in one annotation WorkClaims reads.
+	p.Spec.InitContainers = nil
 	p.Spec.EphemeralContainers = nil
 	p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil
 	p.Spec.SecurityContext, p.Spec.NodeSelector, p.Spec.ResourceClaims = nil, nil, nil
-	vols := p.Spec.Volumes[:0]
-	for _, vol := range p.Spec.Volumes {
-		if e := vol.Ephemeral; e != nil && e.VolumeClaimTemplate != nil {
-			vols = append(vols, corev1.Volume{Name: vol.Name, VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
-				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{ObjectMeta: metav1.ObjectMeta{Labels: e.VolumeClaimTemplate.Labels}}}}})
-		}
+	var work []string
+	for _, c := range WorkClaims(p) {
+		work = append(work, c.Name)
 	}
-	p.Spec.Volumes = vols
+	p.Spec.Volumes = nil
+	if len(work) > 0 {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[annotationCachedWorkVolumes] = strings.Join(work, ",")
+	}
 	conds := p.Status.Conditions[:0]
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget {
@@ -129,6 +140,20 @@ func stripPod(obj any) (any, error) {
 		}
 	}
 	return p, nil
+}
+
+// keepKeys keeps kdefer's keys (kdefer.io/...) and the extra ones.
+func keepKeys(m map[string]string, extra map[string]bool) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if strings.HasPrefix(k, v1.AnnotationPrefix) || extra[k] {
+			if out == nil {
+				out = make(map[string]string, len(m))
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // stripPVC keeps a work PVC's metadata: the reconcilers read its owners and
@@ -207,7 +232,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Named("kdefer-deferrun").
 		For(&v1.DeferRun{}).
 		Owns(&corev1.Pod{}).
-		Watches(&corev1.Pod{}, sameName, builder.WithPredicates(managed)).
+		Watches(&corev1.Pod{}, podEnded(), builder.WithPredicates(managed)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(runRec)
@@ -259,5 +284,38 @@ func policyToRuns(c client.Client) handler.MapFunc {
 			}
 		}
 		return out
+	}
+}
+
+// priorityEnded is the queue priority of a run whose pod has just ended: in a
+// burst, creating defer pods goes before the bookkeeping of runs already
+// started (default priority 0).
+const priorityEnded = 10
+
+// podEnded enqueues a managed pod's run, ahead of other work when the pod has
+// just ended.
+func podEnded() handler.EventHandler {
+	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object, high bool) {
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
+		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok && high {
+			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(priorityEnded)}, req)
+			return
+		}
+		q.Add(req)
+	}
+	done := func(o client.Object) bool {
+		p, ok := o.(*corev1.Pod)
+		return ok && Classify(p, nil).Done
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e ctrlevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object, false)
+		},
+		UpdateFunc: func(_ context.Context, e ctrlevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.ObjectNew, done(e.ObjectNew) && !done(e.ObjectOld))
+		},
+		DeleteFunc: func(_ context.Context, e ctrlevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object, false)
+		},
 	}
 }

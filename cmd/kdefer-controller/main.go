@@ -40,7 +40,7 @@ func run(args []string) int {
 	fs.Float64Var(&qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver (0: none, controller-runtime's default)")
 	fs.IntVar(&burst, "kube-api-burst", 100, "client-side burst towards the apiserver")
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
-	fs.IntVar(&mo.Workers, "workers", 8, "concurrent reconciles per controller")
+	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
