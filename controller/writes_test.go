@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -233,5 +235,81 @@ func TestNodeLostTrigger(t *testing.T) {
 	}
 	if err := w.c.Get(context.Background(), w.key, pod); err != nil || len(pod.Finalizers) != 0 {
 		t.Errorf("pod finalizers %v (%v)", pod.Finalizers, err)
+	}
+}
+
+// A failed run keeps its volume; `kdefer release` (the annotation) deletes it
+// and starts the TTL.
+func TestReleaseByHand(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	w := newFakeWorld(t, job, pod, pvc, n)
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
+	w.settle()
+	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-x-defer", Namespace: "ns"}}
+	w.status(dp, func() {
+		kt.FinishDeferPod(dp, v1.ExitPermanent, 0, &v1.StageSummary{Op: "out", ErrorClass: "permanent", Error: "no such bucket"}, false)
+	})
+	w.settle()
+	run := &v1.DeferRun{}
+	_ = w.c.Get(context.Background(), w.key, run)
+	if run.Status.State != v1.DeferRunFailed {
+		t.Fatalf("state %q", run.Status.State)
+	}
+	if _, ok := TTLExpiry(run); ok {
+		t.Error("TTL runs while the volume is retained")
+	}
+	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(pvc), pvc); err != nil {
+		t.Fatalf("PVC not retained: %v", err)
+	}
+	setAnnotation(run, AnnotationRelease, "true")
+	if err := w.base.Update(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	w.settle()
+	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(pvc), pvc); !apierrors.IsNotFound(err) {
+		t.Errorf("PVC not released by hand: %v", err)
+	}
+	_ = w.c.Get(context.Background(), w.key, run)
+	if _, ok := TTLExpiry(run); !ok || run.Status.State != v1.DeferRunFailed {
+		t.Errorf("after release: state %q, TTL running %v", run.Status.State, ok)
+	}
+}
+
+// A missing credentials Secret: ConfigError naming it, volume kept, no defer
+// pod; once the Secret exists the run proceeds.
+func TestMissingSecret(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	pod.Annotations[v1.AnnotationCredentials] = "s3-creds"
+	w := newFakeWorld(t, job, pod, pvc, n)
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
+	w.settle()
+	run := &v1.DeferRun{}
+	_ = w.c.Get(context.Background(), w.key, run)
+	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonSecretNotFound || !strings.Contains(c.Message, "ns/s3-creds") {
+		t.Fatalf("ConfigError condition %+v", c)
+	}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("defer pod created without its Secret: %v", err)
+	}
+	if err := w.base.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-creds", Namespace: "ns"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.clock.Step(11 * time.Second)
+	w.settle()
+	dp := &corev1.Pod{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); err != nil {
+		t.Fatalf("no defer pod once the Secret exists: %v", err)
+	}
+	if dp.Spec.Containers[0].EnvFrom[0].SecretRef.Name != "s3-creds" {
+		t.Errorf("stage-out envFrom %+v", dp.Spec.Containers[0].EnvFrom)
+	}
+	_ = w.c.Get(context.Background(), w.key, run)
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError); c.Status != metav1.ConditionFalse {
+		t.Errorf("ConfigError still %s", c.Status)
 	}
 }
