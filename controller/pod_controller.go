@@ -29,6 +29,9 @@ type PodReconciler struct {
 	client client.Client
 	clock  clock.Clock
 	exp    *expectations
+	// prePullImage is pulled on the nodes of armed pods (empty: off).
+	prePullImage  string
+	prePullPolicy corev1.PullPolicy
 }
 
 // NewPodReconciler returns the pod reconciler.
@@ -105,6 +108,9 @@ func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconci
 		return reconcile.Result{}, err
 	}
 	if err := r.propagateSkip(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.prePull(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
 	if Finished(s.run) {

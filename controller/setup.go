@@ -41,6 +41,8 @@ type Options struct {
 	Clock clock.Clock
 	// Workers per controller.
 	Workers int
+	// NoPrePull turns pre-pulling the stage image off for every policy.
+	NoPrePull bool
 }
 
 // CacheOptions scope the manager's caches to kdefer's objects, so unmanaged
@@ -208,6 +210,9 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	exp := newExpectations()
 	podRec := NewPodReconciler(c, opts.Clock)
 	podRec.exp = exp
+	if !opts.NoPrePull {
+		podRec.prePullImage, podRec.prePullPolicy = opts.DeferPod.StageImage, opts.DeferPod.ImagePullPolicy
+	}
 	runRec := NewRunReconciler(c, mgr.GetAPIReader(), mgr.GetEventRecorder("kdefer-controller"), opts.Clock, opts.DeferPod)
 	runRec.exp = exp
 	if err := ctrl.NewControllerManagedBy(mgr).

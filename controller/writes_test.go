@@ -313,3 +313,25 @@ func TestMissingSecret(t *testing.T) {
 		t.Errorf("ConfigError still %s", c.Status)
 	}
 }
+
+// Pre-pull: one pod per namespace, node and image while armed pods run.
+func TestPrePull(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	pod2 := kt.MakePod("j-y", "ns").OnNode("n1").OwnedByJob("j", job.UID).Obj()
+	w := newFakeWorld(t, job, pod, pvc, n, pod2, kt.ClaimFor(pod2, v1.DefaultWorkVolumeName))
+	w.pod.prePullImage = "kdefer.io/kdefer-stage:test"
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	w.key = client.ObjectKeyFromObject(pod2)
+	w.settle()
+	var pods corev1.PodList
+	if err := w.c.List(context.Background(), &pods, client.MatchingLabels{v1.LabelManaged: LabelManagedPrePull}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "n1" || pods.Items[0].Spec.Containers[0].Image != "kdefer.io/kdefer-stage:test" {
+		t.Fatalf("pre-pull pods: %+v", pods.Items)
+	}
+	if got := w.writes.Count(func(w kt.Write) bool { return w.Kind == "Pod" && w.Verb == "create" }); got != 1 {
+		t.Errorf("%d pod creates, want 1 pre-pull pod", got)
+	}
+}

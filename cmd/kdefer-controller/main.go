@@ -41,6 +41,7 @@ func run(args []string) int {
 	fs.IntVar(&burst, "kube-api-burst", 100, "client-side burst towards the apiserver")
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
+	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
@@ -52,6 +53,7 @@ func run(args []string) int {
 		}
 		return 2
 	}
+	mo.NoPrePull = !*prePull
 	if showVersion {
 		fmt.Println(v1.Version)
 		return 0
