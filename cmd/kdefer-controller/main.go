@@ -20,9 +20,13 @@ import (
 	"github.com/kdefer/kdefer/controller"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:]))
+}
 
-func run(args []string) int {
+func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kdefer-controller", flag.ContinueOnError)
 	var (
 		mo          controller.ManagerOptions
@@ -83,8 +87,6 @@ func run(args []string) int {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.UserAgent = "kdefer-controller/" + v1.Version
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	mgr, err := controller.NewManager(ctx, cfg, mo)
 	if err != nil {
 		log.Error(err, "creating manager")
