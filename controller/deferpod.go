@@ -88,12 +88,12 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		for _, g := range exclude {
 			args = append(args, "--exclude", g)
 		}
+		args = append(args, "--log-format", "json")
 		c := corev1.Container{
 			Name:                     v1.StageOutStepName,
 			Image:                    opts.StageImage,
 			ImagePullPolicy:          pullPolicy(opts.ImagePullPolicy),
-			Command:                  []string{"kdefer-stage"},
-			Args:                     args,
+			Args:                     args, // the image's entrypoint is kdefer-stage
 			Env:                      env,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			VolumeMounts:             append(workMounts(run, mountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),

@@ -49,7 +49,7 @@ func BuildPrePullPod(ns, node, image string, pull corev1.PullPolicy) *corev1.Pod
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Containers: []corev1.Container{{
 				Name: "pull", Image: image, ImagePullPolicy: pullPolicy(pull),
-				Command: []string{"kdefer-stage", "--version"},
+				Args: []string{"--version"}, // the entrypoint is kdefer-stage
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 					corev1.ResourceCPU: mustQ("10m"), corev1.ResourceMemory: mustQ("16Mi")}},
 				SecurityContext: restricted(nil),
