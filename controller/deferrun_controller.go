@@ -47,6 +47,7 @@ func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.Event
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
@@ -241,7 +242,8 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
 	if pod != nil && !metav1.IsControlledBy(pod, run) {
 		return fmt.Errorf("pod %s exists and is not this run's defer pod", pod.Name)
 	}
-	if done, err := r.checkNode(ctx, s, pod); done || err != nil {
+	relocate, done, err := r.checkNode(ctx, s, pod)
+	if done || err != nil {
 		return err
 	}
 	if pod == nil || (pod.DeletionTimestamp != nil && !podTerminal(pod)) {
@@ -249,7 +251,7 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
 			s.requeueAt(s.now.Add(2 * time.Second)) // evicted or deleted: re-created once gone
 			return nil
 		}
-		return r.startDeferPod(ctx, s)
+		return r.startDeferPod(ctx, s, relocate)
 	}
 	return r.observe(ctx, s, pod)
 }
@@ -335,19 +337,22 @@ func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1
 	return eff, "", nil
 }
 
-// checkNode waits for a NotReady or missing node, then gives up (NodeLost).
-func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (bool, error) {
-	if pod != nil && podTerminal(pod) {
-		return false, nil
+// checkNode waits for a NotReady or missing node; once nodeLostTimeout has
+// passed, a run whose volumes are not node-local is relocated (the scheduler
+// places its defer pod where the volume can attach), any other fails with
+// reason NodeLost, keeping the volume.
+func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (relocate, done bool, err error) {
+	if pod != nil && (podTerminal(pod) || pod.Spec.NodeName != s.run.Spec.NodeName) {
+		return false, false, nil // finished, or already relocated
 	}
 	var node *corev1.Node
 	n := &corev1.Node{}
-	err := r.client.Get(ctx, types.NamespacedName{Name: s.run.Spec.NodeName}, n)
+	err = r.client.Get(ctx, types.NamespacedName{Name: s.run.Spec.NodeName}, n)
 	switch {
 	case err == nil:
 		node = n
 	case !apierrors.IsNotFound(err):
-		return true, err
+		return false, true, err
 	}
 	since := s.status.TriggeredAt.Time
 	if s.run.Spec.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
@@ -357,16 +362,66 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	v := JudgeNode(node, s.run, since, s.now)
 	switch {
 	case v.Ready:
-		return false, nil
+		return false, false, nil
 	case v.Lost:
-		return true, r.finish(ctx, s, v1.DeferRunFailed, ReasonNodeLost, v.Message, pod)
+		if pod == nil {
+			movable, err := r.volumesMovable(ctx, s.run)
+			if err != nil {
+				return false, true, err
+			}
+			if movable {
+				s.events = append(s.events, event{corev1.EventTypeWarning, "Relocated", fmt.Sprintf("node %s is lost; the work volume is not node-local, so the defer pod runs elsewhere", s.run.Spec.NodeName), false})
+				return true, false, nil
+			}
+		}
+		return false, true, r.finish(ctx, s, v1.DeferRunFailed, ReasonNodeLost, v.Message, pod)
 	}
 	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut); c == nil || c.Reason != ReasonNodeNotReady {
 		s.events = append(s.events, event{corev1.EventTypeWarning, ReasonNodeNotReady, v.Message, false})
 	}
 	s.cond(v1.DeferRunStagingOut, false, ReasonNodeNotReady, v.Message)
 	s.requeueAt(v.RetryAt)
-	return true, nil
+	return false, true, nil
+}
+
+// volumesMovable reports whether every work volume is bound to a PV that is
+// not pinned to one node (no kubernetes.io/hostname in its node affinity),
+// so a defer pod elsewhere can mount it. Uncached reads: a rare path.
+func (r *RunReconciler) volumesMovable(ctx context.Context, run *v1.DeferRun) (bool, error) {
+	for _, v := range run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if pvc.Spec.VolumeName == "" {
+			return false, nil
+		}
+		pv := &corev1.PersistentVolume{}
+		if err := r.apiReader.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if NodeLocal(pv) {
+			return false, nil
+		}
+	}
+	return len(run.Spec.Volumes) > 0, nil
+}
+
+// NodeLocal reports whether a PV can only be used on one node.
+func NodeLocal(pv *corev1.PersistentVolume) bool {
+	if pv.Spec.Local != nil || pv.Spec.HostPath != nil {
+		return true
+	}
+	if a := pv.Spec.NodeAffinity; a != nil && a.Required != nil {
+		for _, term := range a.Required.NodeSelectorTerms {
+			for _, e := range term.MatchExpressions {
+				if e.Key == corev1.LabelHostname {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // startDeferPod creates the defer pod, then its PDB. Both have fixed names,
@@ -374,9 +429,12 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 // first because it is what the reaction time is measured to; the PDB only
 // matters once the pod runs (the Eviction API ignores budgets for Pending
 // pods), seconds later, and ensurePDB re-creates it if a crash came between.
-func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState) error {
+func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate bool) error {
 	run := s.run
 	pod := BuildDeferPod(run, r.opts)
+	if relocate {
+		pod.Spec.NodeName = "" // the scheduler places it where the volume can attach
+	}
 	log.FromContext(ctx).Info("creating defer pod", "pod", pod.Name, "node", pod.Spec.NodeName, "trigger", run.Spec.Trigger)
 	if err := r.client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {

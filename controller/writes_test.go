@@ -335,3 +335,50 @@ func TestPrePull(t *testing.T) {
 		t.Errorf("%d pod creates, want 1 pre-pull pod", got)
 	}
 }
+
+// The node is lost but the volume is network storage: after the timeout the
+// defer pod is created without a node, for the scheduler to place.
+func TestNodeLostRelocates(t *testing.T) {
+	job, pod, pvc, _ := worldObjects()
+	pvc.Spec.VolumeName = "pv-net"
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-net"}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs", Path: "/x"}}}}
+	w := newFakeWorld(t, job, pod, pvc, pv)
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
+	w.settle()
+	dp := &corev1.Pod{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); !apierrors.IsNotFound(err) {
+		t.Fatalf("defer pod before the node timeout: %v", err)
+	}
+	w.clock.Step(v1.DefaultNodeLostTimeout + time.Second)
+	w.settle()
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); err != nil {
+		t.Fatalf("no relocated defer pod: %v", err)
+	}
+	if dp.Spec.NodeName != "" {
+		t.Errorf("relocated defer pod pinned to %q", dp.Spec.NodeName)
+	}
+	run := &v1.DeferRun{}
+	_ = w.c.Get(context.Background(), w.key, run)
+	if run.Status.State != v1.DeferRunStagingOut {
+		t.Errorf("state %q, want StagingOut", run.Status.State)
+	}
+}
+
+func TestNodeLocal(t *testing.T) {
+	local := &corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/d"}}}}
+	zonal := &corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}}
+	pinned := zonal.DeepCopy()
+	pinned.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Key = corev1.LabelHostname
+	for name, tc := range map[string]struct {
+		pv   *corev1.PersistentVolume
+		want bool
+	}{"local": {local, true}, "zonal": {zonal, false}, "hostname affinity": {pinned, true}} {
+		if got := NodeLocal(tc.pv); got != tc.want {
+			t.Errorf("%s: NodeLocal = %v, want %v", name, got, tc.want)
+		}
+	}
+}
