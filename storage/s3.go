@@ -271,6 +271,18 @@ func (u *s3Upload) Complete(ctx context.Context, parts []Part, crc uint32) error
 	opts.Checksum = 0
 	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc), "X-Amz-Checksum-Type": "FULL_OBJECT"}
 	_, err := u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, cps, opts)
+	if err != nil && minio.ToErrorResponse(err).Code == "NoSuchUpload" {
+		// A retry after a Complete whose response was lost: the upload is
+		// gone because it completed. Accept it if the object is the one
+		// these parts make.
+		var size int64
+		for _, p := range parts {
+			size += p.Size
+		}
+		if oi, serr := u.s.Stat(ctx, u.key); serr == nil && oi.Size == size && oi.HasCRC32C && oi.CRC32C == crc {
+			return nil
+		}
+	}
 	return u.s.wrap("complete multipart upload "+strconv.Quote(u.key), err)
 }
 

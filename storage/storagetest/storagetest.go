@@ -240,6 +240,11 @@ func testMultipart(t *testing.T, h Harness) {
 	if err := up.Complete(ctx, parts, crc); err != nil {
 		t.Fatal(err)
 	}
+	// A retried Complete (the first response was lost) must not fail a
+	// run whose object is stored.
+	if err := up.Complete(ctx, parts, crc); err != nil {
+		t.Errorf("second Complete of a completed upload: %v, want nil", err)
+	}
 	oi, err := be.Stat(ctx, key)
 	if err != nil {
 		t.Fatal(err)
