@@ -127,16 +127,21 @@ func (s *scenario) dumpState() {
 
 // kubectl runs the cluster's kubectl (KDEFER_KUBECTL, else kubectl) with its kubeconfig.
 func kubectl(ctx context.Context, args ...string) (string, error) {
-	bin := os.Getenv("KDEFER_KUBECTL")
-	if bin == "" {
-		bin = "kubectl"
-	}
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", clusterenv.Dir() + "/kubeconfig"}, args...)...)
+	cmd := exec.CommandContext(ctx, kubectlBin(), append([]string{"--kubeconfig", clusterenv.Dir() + "/kubeconfig"}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err
 }
+
+func kubectlBin() string {
+	if bin := os.Getenv("KDEFER_KUBECTL"); bin != "" {
+		return bin
+	}
+	return "kubectl"
+}
+
+var minioStat = minio.StatObjectOptions{}
 
 // ---- what the pods run ----------------------------------------------------
 
@@ -610,8 +615,34 @@ func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger,
 	if n := len(strings.Split(strings.TrimSpace(string(objs["out/SHA256SUMS"].data)), "\n")); n != w.files {
 		s.t.Errorf("SHA256SUMS has %d lines, want %d", n, w.files)
 	}
-	// The manifest: lists exactly the other objects with their sizes, has the trigger, was written last.
-	mo := objs[storage.ManifestKey]
+	s.checkManifest(prefix, objs, nil, trigger)
+	return objs
+}
+
+// checkManifest checks the manifest among objs: it lists exactly the other
+// objects with their sizes, has the trigger and was written last. want, if
+// not nil, are the keys expected besides it.
+func (s *scenario) checkManifest(prefix string, objs map[string]object, want []string, trigger v1.Trigger) {
+	s.t.Helper()
+	if want != nil {
+		have := map[string]bool{}
+		for k := range objs {
+			have[k] = true
+		}
+		for _, k := range append(want, storage.ManifestKey) {
+			if !have[k] {
+				s.t.Errorf("s3://%s/%s%s missing", bucket, prefix, k)
+			}
+			delete(have, k)
+		}
+		for k := range have {
+			s.t.Errorf("s3://%s/%s%s unexpected", bucket, prefix, k)
+		}
+	}
+	mo, ok := objs[storage.ManifestKey]
+	if !ok {
+		s.t.Fatalf("no manifest at s3://%s/%s%s", bucket, prefix, storage.ManifestKey)
+	}
 	m, err := storage.ParseManifest(mo.data)
 	if err != nil {
 		s.t.Fatalf("manifest: %v", err)
@@ -638,8 +669,9 @@ func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger,
 		s.t.Errorf("manifest lists %d files, the prefix holds %d objects besides it", len(listed), len(objs)-1)
 	}
 	s.logf("s3://%s/%s: %d objects, every byte and checksum right, manifest last", bucket, prefix, len(objs))
-	return objs
 }
+
+func sortStrings(s []string) { sort.Strings(s) }
 
 // noOutputs checks that nothing was uploaded for the pod.
 func (s *scenario) noOutputs(job, pod string) {

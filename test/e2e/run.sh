@@ -50,6 +50,9 @@ eval "$("$CLUSTER" env)"
 export KUBECONFIG
 build_images
 start_minio "$STATE"
+# The MinIO binary for tests that run their own server (test/s3server).
+KDEFER_MINIO=$(minio_bin)
+export KDEFER_MINIO
 export KDEFER_E2E_S3=$E2E_MINIO_ADDR
 deploy_kdefer
 log "kdefer ready after $((SECONDS - start))s; running the e2e tests"

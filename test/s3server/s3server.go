@@ -53,6 +53,24 @@ func skipOrFail(t testing.TB, format string, args ...any) {
 // $KDEFER_MINIO is not an executable, unless KDEFER_REQUIRE_TOOLS=1.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// Options change where StartWith's server listens.
+type Options struct {
+	// Host is the address the S3 API listens on (a random port), default
+	// 127.0.0.1; e.g. the local cluster's node address, which pods reach.
+	// The console stays on 127.0.0.1.
+	Host string
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	bin := os.Getenv("KDEFER_MINIO")
 	if bin == "" {
 		skipOrFail(t, "KDEFER_MINIO is not set")
@@ -60,7 +78,7 @@ func Start(t testing.TB) *Server {
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		skipOrFail(t, "KDEFER_MINIO=%s is not an executable", bin)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddr(t), console: freeAddr(t), log: &syncBuffer{}}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddrOn(t, host), console: freeAddr(t), log: &syncBuffer{}}
 	t.Cleanup(func() {
 		s.Kill()
 		if t.Failed() {
@@ -73,7 +91,12 @@ func Start(t testing.TB) *Server {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return freeAddrOn(t, "127.0.0.1")
+}
+
+func freeAddrOn(t testing.TB, host string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

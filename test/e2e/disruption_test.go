@@ -1,0 +1,306 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// Serial tests: they drain the node, kill or stop kdefer, or restart the
+// kubelet, so they run one at a time before the parallel ones (no
+// t.Parallel). Each leaves kdefer running and the node schedulable.
+
+// bigger makes the upload take a moment, so disruptions hit it.
+var bigger = workload{files: 6, size: 4 << 20}
+
+// TestDrain: `kubectl drain` evicts the pod (trigger Drained); the defer
+// pod's PodDisruptionBudget makes a drain wait until the defer run ends.
+func TestDrain(t *testing.T) {
+	s := newScenario(t, "drain")
+	s.create(s.holdPolicy("hold"))
+	w := small
+	w.mode = "hold"
+	job := s.job("sim", w)
+	job.Annotations[v1.AnnotationPolicy] = "hold"
+	job.Spec.Template.Labels = map[string]string{"e2e-drain": s.ns}
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	t.Cleanup(func() { _, _ = kubectl(context.Background(), "uncordon", s.env.NodeName) })
+
+	drain := func(selector string) *bg {
+		return kubectlBG(s.ctx, "drain", s.env.NodeName, "--pod-selector="+selector, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
+	}
+	d1 := drain("e2e-drain=" + s.ns)
+	if ready := s.waitReady(2 * time.Minute); ready != "defer-"+pod {
+		t.Fatalf("unexpected ready signal %q", ready)
+	}
+	// The defer pod runs (stage-out done, the hold step waiting): a drain
+	// that reaches it is refused by its budget and keeps retrying.
+	run := s.waitRun(pod, 30*time.Second, "with a defer pod", inProgress)
+	// The Eviction API ignores budgets of Pending pods: wait until the API
+	// shows the defer pod Running (the kubelet reports it a moment later).
+	if _, err := s.env.WaitPod(s.ctx, s.ns, run.Status.DeferPodName, 30*time.Second, "Running and Ready", podReady); err != nil {
+		t.Fatal(err)
+	}
+	d2 := drain("kdefer.io/deferrun=" + pod)
+	d2.waitLine(t, "disruption budget", 30*time.Second)
+	s.logf("drain waits for defer pod %s (budget)", run.Status.DeferPodName)
+	if !d1.running() {
+		t.Errorf("the first drain ended while the defer run was in progress:\n%s", d1.output())
+	}
+	if err := s.env.Evict(s.ctx, s.ns, run.Status.DeferPodName); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("evicting the running defer pod: %v, want 429 (its PodDisruptionBudget)", err)
+	}
+	s.sig.release("defer-" + pod)
+	d1.wait(t, 2*time.Minute)
+	d2.wait(t, 2*time.Minute)
+	s.logf("both drains done")
+	if out, err := kubectl(s.ctx, "uncordon", s.env.NodeName); err != nil {
+		t.Fatalf("uncordon: %v: %s", err, out)
+	}
+	run = s.waitFinished(pod, v1.TriggerDrained, v1.DeferRunSucceeded, 2*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerDrained)
+	s.volumeReleased(run)
+	s.podGone(pod, time.Minute)
+	s.cleanUp("sim")
+}
+
+// TestControllerKilled: kdefer's manager is SIGKILLed while the pod runs
+// (the pod then ends while it is down) and again as soon as the defer pod
+// exists; the run still completes, with one stage-out attempt.
+func TestControllerKilled(t *testing.T) {
+	s := newScenario(t, "ctlkill")
+	s.create(s.holdPolicy("hold"))
+	w := bigger
+	w.mode = "wait 0"
+	job := s.job("sim", w)
+	job.Annotations[v1.AnnotationPolicy] = "hold"
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
+	// The pod ends while the manager is dead.
+	n := s.killController()
+	s.sig.release(pod)
+	s.waitController(n)
+	// Killed again as soon as the defer pod exists.
+	s.waitRun(pod, 2*time.Minute, "with a defer pod", inProgress)
+	s.waitController(s.killController())
+	if ready := s.waitReady(2 * time.Minute); ready != "defer-"+pod {
+		t.Fatalf("unexpected ready signal %q", ready)
+	}
+	s.sig.release("defer-" + pod)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
+	if st := run.Status.Steps; len(st) == 0 || st[0].Attempts != 1 {
+		t.Errorf("stage-out steps %+v: want one attempt", st)
+	}
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.cleanUp("sim")
+}
+
+// TestKubeletRestartedDuringStageOut: the kubelet restarts as soon as the
+// defer pod exists (its stage-out starting or uploading).
+func TestKubeletRestartedDuringStageOut(t *testing.T) {
+	s := newScenario(t, "kubelet")
+	s.create(s.holdPolicy("hold"))
+	w := bigger
+	w.mode = "exit 0"
+	job := s.job("sim", w)
+	job.Annotations[v1.AnnotationPolicy] = "hold"
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	s.waitRun(pod, 2*time.Minute, "with a defer pod", inProgress)
+	if out, err := s.env.Cluster(s.ctx, "restart", "kubelet"); err != nil {
+		t.Fatalf("restart kubelet: %v: %s", err, out)
+	}
+	s.logf("kubelet restarted")
+	if ready := s.waitReady(3 * time.Minute); ready != "defer-"+pod {
+		t.Fatalf("unexpected ready signal %q", ready)
+	}
+	s.sig.release("defer-" + pod)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.cleanUp("sim")
+}
+
+// kdeferDown is issue 6's set-up: a Job of two pods run one after the
+// other; kdefer arms the first, then is stopped; the first ends, the Job
+// controller creates the second while kdefer is down, and it runs. Returns
+// the two pods.
+func kdeferDown(t *testing.T, s *scenario, w workload) (string, string) {
+	job := s.job("sim", w)
+	job.Spec.Completions = ptr.To[int32](2)
+	job.Spec.Parallelism = ptr.To[int32](1)
+	s.create(job)
+	first := s.waitReady(time.Minute)
+	s.waitRun(first, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
+	s.stopKdefer()
+	s.sig.release(first)
+	second := s.waitReady(2 * time.Minute)
+	if second == first {
+		t.Fatal("the same pod signalled twice")
+	}
+	if r := s.run(second); r != nil {
+		t.Fatalf("pod %s was armed while kdefer was down", second)
+	}
+	s.recordPVs()
+	return first, second
+}
+
+func jobGone(s *scenario) {
+	s.t.Helper()
+	_, err := s.env.Clientset.BatchV1().Jobs(s.ns).Get(s.ctx, "sim", metav1.GetOptions{})
+	if err == nil {
+		s.t.Errorf("Job sim still exists")
+	} else if !apierrors.IsNotFound(err) {
+		s.t.Error(err)
+	}
+}
+
+// deletedWhileDown: the Job is deleted with propagation while kdefer is
+// down; the work PVC survives; kdefer, once back, stages out both pods.
+func deletedWhileDown(t *testing.T, prefix string, propagation metav1.DeletionPropagation) {
+	s := newScenario(t, prefix)
+	w := small
+	w.mode = "wait 0"
+	first, second := kdeferDown(t, s, w)
+	if err := s.env.Clientset.BatchV1().Jobs(s.ns).Delete(s.ctx, "sim", metav1.DeleteOptions{PropagationPolicy: ptr.To(propagation)}); err != nil {
+		t.Fatal(err)
+	}
+	// What kdefer finds after an outage: the kubelet has stopped the pod and
+	// made its final, grace-0 delete (which moves deletionTimestamp to then).
+	p, err := s.env.WaitPod(s.ctx, s.ns, second, time.Minute, "stopped and finally deleted by the kubelet", func(p *batchv1Pod) bool {
+		return p.DeletionTimestamp != nil && podStopped(p) && p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 0
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both work volumes must survive the outage: the second pod's (not yet
+	// co-owned by kdefer) and the first's (co-owned by its DeferRun, which
+	// the garbage collector deletes with the Job).
+	s.waitRunDeleting(first)
+	s.pvcStaysGuarded(first, 5*time.Second)
+	s.pvcStaysGuarded(second, time.Second)
+	s.logf("pod %s stopped with the Job's %s deletion (phase %s, deletionTimestamp %s, grace 0, containers %s); its PVC is still Bound",
+		second, propagation, p.Status.Phase, p.DeletionTimestamp.UTC().Format(time.RFC3339), finishes(p))
+	s.startKdefer()
+	s.waitManifest("sim", first, 2*time.Minute)
+	s.waitManifest("sim", second, 2*time.Minute)
+	s.runTrigger(second, v1.TriggerDeleted)
+	s.checkOutputs("sim", first, w, v1.TriggerSucceeded)
+	s.checkOutputs("sim", second, w, v1.TriggerDeleted)
+	s.podGone(second, time.Minute)
+	s.podGone(first, time.Minute)
+	s.noLeaks(2 * time.Minute)
+	jobGone(s)
+}
+
+func TestKdeferDownJobDeletedForeground(t *testing.T) {
+	deletedWhileDown(t, "down-fg", metav1.DeletePropagationForeground)
+}
+
+func TestKdeferDownJobDeletedBackground(t *testing.T) {
+	deletedWhileDown(t, "down-bg", metav1.DeletePropagationBackground)
+}
+
+// TestKdeferDownPodEvicted: the running pod is evicted while kdefer is down.
+func TestKdeferDownPodEvicted(t *testing.T) {
+	s := newScenario(t, "down-evict")
+	w := small
+	w.mode = "wait 0"
+	first, second := kdeferDown(t, s, w)
+	if err := s.env.Evict(s.ctx, s.ns, second); err != nil {
+		t.Fatalf("evict %s: %v", second, err)
+	}
+	if _, err := s.env.WaitPod(s.ctx, s.ns, second, time.Minute, "evicted and stopped", func(p *batchv1Pod) bool {
+		return p.DeletionTimestamp != nil && podStopped(p)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.pvcGuarded(second)
+	s.startKdefer()
+	r1 := s.waitFinished(first, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
+	r2 := s.waitFinished(second, v1.TriggerDrained, v1.DeferRunSucceeded, 2*time.Minute)
+	s.checkOutputs("sim", first, w, v1.TriggerSucceeded)
+	s.checkOutputs("sim", second, w, v1.TriggerDrained)
+	s.volumeReleased(r1)
+	s.volumeReleased(r2)
+	s.podGone(second, time.Minute)
+	s.cleanUp("sim")
+}
+
+// TestKdeferDownNamespaceDeleted: deleting a namespace whose managed pod
+// runs while kdefer is down finishes once kdefer is back (the admission
+// policy lets namespace deletion through).
+func TestKdeferDownNamespaceDeleted(t *testing.T) {
+	s := newScenario(t, "down-ns")
+	w := small
+	w.mode = "hold"
+	s.create(s.job("sim", w))
+	pod := s.waitReady(time.Minute)
+	s.recordPVs()
+	s.stopKdefer()
+	if err := s.env.Clientset.CoreV1().Namespaces().Delete(s.ctx, s.ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.env.WaitPod(s.ctx, s.ns, pod, time.Minute, "deleted and stopped", func(p *batchv1Pod) bool {
+		return p.DeletionTimestamp != nil && podStopped(p)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.startKdefer()
+	if err := waitNamespaceGone(s, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.noLeaks(10 * time.Second)
+}
+
+// TestNamespaceDeleted: the same with kdefer running.
+func TestNamespaceDeleted(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "nsdel")
+	w := small
+	w.mode = "hold"
+	s.create(s.job("sim", w))
+	s.waitReady(time.Minute)
+	s.recordPVs()
+	if err := s.env.Clientset.CoreV1().Namespaces().Delete(s.ctx, s.ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitNamespaceGone(s, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.noLeaks(10 * time.Second)
+}
+
+func waitNamespaceGone(s *scenario, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ns, err := s.env.Clientset.CoreV1().Namespaces().Get(s.ctx, s.ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			s.logf("namespace %s gone", s.ns)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				return errorf("namespace %s not deleted after %s: conditions %+v", s.ns, timeout, ns.Status.Conditions)
+			}
+			return err
+		}
+		time.Sleep(250 * time.Millisecond) // polling interval
+	}
+}
+
+var _ = batchv1.Job{}
