@@ -37,16 +37,18 @@ func WorkClaims(pod *corev1.Pod) []v1.RetainedVolume {
 }
 
 // BuildRun returns the DeferRun that arms pod: named after the pod, with the
-// effective policy snapshot, the pod's kdefer annotations (so the run can
-// re-resolve its policy after the pod is gone) and, for a Job's pod, the Job
-// as a non-controller owner with blockOwnerDeletion false.
+// effective policy snapshot, the Job's name and UID in labels, and, when the
+// policy could not be resolved, the pod's kdefer annotations (so the run can
+// re-resolve it after the pod is gone).
 //
-// Why the Job and not the pod: the run must outlive the pod (it co-owns the
-// pod's volume after the pod is deleted), yet should not outlive its Job
-// forever. Owned by the Job, deleting the Job deletes the run, whose
-// finalizer holds it until its volume is handled; blockOwnerDeletion false
-// means a foreground deletion of the Job never waits for a run. A bare pod's
-// run has no owner and is removed by its TTL.
+// The run has no owner. It must outlive the pod (it co-owns the pod's volume
+// after the pod is deleted), and it must not be a dependent of the Job
+// either: when a Job is deleted with foreground propagation (kubectl delete
+// --cascade=foreground, ttlSecondsAfterFinished), the garbage collector
+// deletes every dependent that has dependents of its own in the foreground
+// too, whatever its blockOwnerDeletion, and so would delete the run's
+// dependents, the work PVC among them, under the run's finalizer (seen on
+// the real cluster). Finished runs go after their TTL.
 func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, configErr string) *v1.DeferRun {
 	run := &v1.DeferRun{
 		ObjectMeta: metav1.ObjectMeta{
@@ -76,10 +78,7 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/") {
 		run.Spec.JobName = ref.Name
 		run.Labels[v1.LabelJobName] = LabelValue(ref.Name)
-		run.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID,
-			Controller: ptr.To(false), BlockOwnerDeletion: ptr.To(false),
-		}}
+		run.Labels[labelJobUID] = string(ref.UID)
 	}
 	if s, ok := pod.Annotations[batchv1.JobCompletionIndexAnnotation]; ok {
 		if i, err := strconv.Atoi(s); err == nil {

@@ -20,6 +20,8 @@ const (
 	// annotationCachedWorkVolumes exists only in the controller's cache: the
 	// pod transform replaces spec.volumes by the names of the work volumes.
 	annotationCachedWorkVolumes = "kdefer.io/cached-work-volumes"
+	// labelJobUID tells runs of a re-created Job of the same name apart.
+	labelJobUID = "kdefer.io/job-uid"
 	// AnnotationRelease ("true") on a DeferRun releases its volume by hand
 	// (`kdefer release`); an unfinished run stops first.
 	AnnotationRelease = "kdefer.io/release"
@@ -36,6 +38,7 @@ const (
 	ReasonForceDeleted     = "ForceDeleted"
 	ReasonNothingToRun     = "NothingToRun"
 	ReasonReleasedByHand   = "ReleasedByHand"
+	ReasonRunDeleted       = "RunDeleted"
 	ReasonPermanentError   = "PermanentError"
 	ReasonRetriesExhausted = "RetriesExhausted"
 	ReasonDeadlineExceeded = "DeadlineExceeded"

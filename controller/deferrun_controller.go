@@ -125,6 +125,10 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	switch {
 	case Finished(run):
 		err = r.afterFinish(ctx, s)
+	case run.DeletionTimestamp != nil:
+		// Deleted before it finished (by a person, or with its namespace):
+		// stop, release the volume, and let it go.
+		err = r.finish(ctx, s, v1.DeferRunSkipped, ReasonRunDeleted, "the DeferRun was deleted before it finished", r.deferPod(ctx, run))
 	case run.Spec.Trigger == "":
 		// Armed until the pod ends: nothing to write then. The Armed
 		// condition comes with the first write that has more to say,
@@ -163,6 +167,15 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}))
 	}
 	return s.result, nil
+}
+
+// deferPod returns the run's defer pod from the cache, nil if none.
+func (r *RunReconciler) deferPod(ctx context.Context, run *v1.DeferRun) *corev1.Pod {
+	pod := &corev1.Pod{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, pod); err != nil || !metav1.IsControlledBy(pod, run) {
+		return nil
+	}
+	return pod
 }
 
 // trigger classifies the run's pod. The pod side only arms; the run side
@@ -344,6 +357,12 @@ func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1
 func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (relocate, done bool, err error) {
 	if pod != nil && (podTerminal(pod) || pod.Spec.NodeName != s.run.Spec.NodeName) {
 		return false, false, nil // finished, or already relocated
+	}
+	if s.run.Spec.NodeName == "" {
+		// The pod never ran on a node (deleted before it was scheduled, or
+		// gone before its node was known): the scheduler places the defer
+		// pod, honouring the PV's node affinity.
+		return pod == nil, false, nil
 	}
 	var node *corev1.Node
 	n := &corev1.Node{}
@@ -617,13 +636,9 @@ func (r *RunReconciler) emit(ctx context.Context, s *runState) {
 		return
 	}
 	var job runtime.Object
-	if s.run.Spec.JobName != "" {
-		for _, ref := range s.run.OwnerReferences {
-			if ref.Kind == "Job" {
-				job = &batchv1.Job{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-					ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: s.run.Namespace, UID: ref.UID}}
-			}
-		}
+	if uid := s.run.Labels[labelJobUID]; s.run.Spec.JobName != "" && uid != "" {
+		job = &batchv1.Job{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+			ObjectMeta: metav1.ObjectMeta{Name: s.run.Spec.JobName, Namespace: s.run.Namespace, UID: types.UID(uid)}}
 	}
 	for _, e := range s.events {
 		r.recorder.Eventf(s.run, nil, e.typ, e.reason, "DeferRun", "%s", e.note)

@@ -260,7 +260,7 @@ func TestEnvtest(t *testing.T) {
 	t.Run("config error then fixed", func(t *testing.T) { h.t = t; testConfigError(h) })
 	t.Run("forced deletion skips", func(t *testing.T) { h.t = t; testForceDelete(h) })
 	t.Run("adoption replaces a deleting pod's owner reference", func(t *testing.T) { h.t = t; testAdoptDeleting(h) })
-	t.Run("run deleted with its Job still stages out", func(t *testing.T) { h.t = t; testRunDeleted(h) })
+	t.Run("run deleted before it finished stops and releases", func(t *testing.T) { h.t = t; testRunDeleted(h) })
 	h.stop()
 	t.Run("manager down for the pod's whole life", func(t *testing.T) { h.t = t; testDowntime(h) })
 	t.Run("crash points", func(t *testing.T) { h.t = t; testCrashPoints(h) })
@@ -533,25 +533,27 @@ func crashScenario(h *harness, ns, name string) []kt.Write {
 	return out
 }
 
-// Deleting a Job deletes its runs (the garbage collector, simulated here)
-// and its pods: the run's finalizer keeps it until the pod has been staged
-// out and the volume released, then it goes.
+// A DeferRun deleted before it finished (by a person, or with its
+// namespace, which deletes the pod too): the run stops, the volume and the
+// pod are released, and the run goes.
 func testRunDeleted(h *harness) {
-	ns := h.namespace("jobdeleted")
+	ns := h.namespace("rundeleted")
 	_, pod := h.managedJobPod(ns, "gone")
 	run := h.waitArmed(pod)
-	must(h.t, h.c.Delete(context.Background(), run))
 	h.deletePod(pod, 30)
+	must(h.t, h.c.Delete(context.Background(), run))
 	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 143, "Error", corev1.PodFailed, "") })
-	dp := h.waitDeferPod(run)
-	h.finishDeferPod(dp, 0, 0, okSummary, false)
 	h.waitPodReleased(pod)
 	h.eventually("PVC released", func() (bool, error) { return h.pvcGone(pod) })
-	h.eventually("run gone once its volume is handled", func() (bool, error) {
+	h.eventually("run gone", func() (bool, error) {
 		err := h.get(run)
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
 		return false, err
 	})
+	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: controller.DeferPodName(run), Namespace: ns}}
+	if err := h.get(dp); err == nil && dp.DeletionTimestamp == nil {
+		h.t.Errorf("a defer pod runs for a deleted run")
+	}
 }

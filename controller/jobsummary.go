@@ -74,7 +74,7 @@ func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job) (reconc
 	}
 	var runs []v1.DeferRun
 	for _, run := range list.Items {
-		if ownedBy(run.OwnerReferences, job.UID) {
+		if run.Labels[labelJobUID] == string(job.UID) {
 			runs = append(runs, run)
 		}
 	}

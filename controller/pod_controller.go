@@ -186,6 +186,9 @@ func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
 		if !r.exp.satisfied("PersistentVolumeClaim", pvc, pvc) {
 			return errRequeue
 		}
+		if pvc.DeletionTimestamp != nil {
+			continue // released (or being deleted by someone): nothing to arm
+		}
 		if !ownedBy(pvc.OwnerReferences, s.pod.UID) && (s.run == nil || !HasOwner(pvc.OwnerReferences, s.run)) {
 			continue // not this pod's claim (a stale PVC of an earlier pod of this name)
 		}

@@ -382,3 +382,38 @@ func TestNodeLocal(t *testing.T) {
 		}
 	}
 }
+
+// The pod vanished before its node was known (its finalizer removed by
+// hand): the run stages out what is there, the scheduler placing the defer
+// pod.
+func TestPodGoneWithoutNode(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	pod.Spec.NodeName = ""
+	w := newFakeWorld(t, job, pod, pvc, n)
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	pod.Finalizers = nil
+	if err := w.base.Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.base.Delete(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	w.settle()
+	dp := &corev1.Pod{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); err != nil {
+		t.Fatalf("no defer pod: %v", err)
+	}
+	if dp.Spec.NodeName != "" || envOf(dp, v1.EnvTrigger) != string(v1.TriggerDeleted) {
+		t.Errorf("defer pod node %q trigger %q", dp.Spec.NodeName, envOf(dp, v1.EnvTrigger))
+	}
+}
+
+func envOf(p *corev1.Pod, name string) string {
+	for _, e := range p.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
