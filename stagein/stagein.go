@@ -41,6 +41,8 @@ type Options struct {
 	// AllowEmpty accepts a prefix with no objects (else a permanent error:
 	// missing inputs are almost always a wrong URL).
 	AllowEmpty bool
+	// IdleTimeout fails a stalled S3 connection (see storage.OpenOptions).
+	IdleTimeout time.Duration
 	// Backend, when set, is used instead of opening From (tests).
 	Backend storage.Backend
 }
@@ -87,7 +89,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	be := o.Backend
 	if be == nil {
-		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency})
+		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, IdleTimeout: o.IdleTimeout})
 		if err != nil {
 			return Result{}, err
 		}

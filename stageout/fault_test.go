@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -198,4 +199,36 @@ func TestPermanentErrors(t *testing.T) {
 			t.Errorf("err = %v, want permanent", err)
 		}
 	})
+}
+
+// A connection that stops moving mid-transfer (a hung server, a
+// black-holed network) is abandoned after the idle timeout and retried.
+func TestStalledConnection(t *testing.T) {
+	srv := s3server.Start(t)
+	s3server.SetCredentials(t)
+	s3server.MakeBucket(t, srv.Addr(), "stall")
+	proxy := s3server.NewProxy(t, srv.Addr())
+	proxy.ResetEvery(3, 200<<10)
+	proxy.Stall(true)
+	src := t.TempDir()
+	tree := storagetest.Tree{}
+	for i := range 20 {
+		tree[fmt.Sprintf("f%02d", i)] = storagetest.RandBytes(uint64(i), 512<<10)
+	}
+	storagetest.MakeTree(t, src, tree)
+	u := s3server.S3URL(proxy.Addr(), "stall", "run/")
+	o := opts(src, u, 10)
+	o.IdleTimeout = 300 * time.Millisecond
+	res, err := stageout.Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("stage-out through stalling connections: %v", err)
+	}
+	if proxy.Resets() == 0 {
+		t.Fatal("no connection stalled: the test tested nothing")
+	}
+	if res.Objects != int64(len(tree)) {
+		t.Errorf("objects = %d, want %d", res.Objects, len(tree))
+	}
+	proxy.ResetEvery(0, 0)
+	verify(t, u, tree)
 }

@@ -42,6 +42,8 @@ type Options struct {
 	Env func(string) (string, bool)
 	// Version is recorded in the manifest as "kdefer-stage <Version>".
 	Version string
+	// IdleTimeout fails a stalled S3 connection (see storage.OpenOptions).
+	IdleTimeout time.Duration
 	// Backend, when set, is used instead of opening To (tests).
 	Backend storage.Backend
 }
@@ -98,7 +100,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	be := o.Backend
 	if be == nil {
-		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true})
+		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true, IdleTimeout: o.IdleTimeout})
 		if err != nil {
 			return Result{}, err
 		}

@@ -224,12 +224,21 @@ type OpenOptions struct {
 	Concurrency int
 	// Create makes a missing file:// directory (stage-out).
 	Create bool
+	// IdleTimeout fails an S3 connection that makes no progress for this
+	// long (0: DefaultIdleTimeout; negative: never).
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is how long a transfer may stall before it is retried.
+const DefaultIdleTimeout = time.Minute
 
 // Open opens the backend for loc.
 func Open(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 16
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	switch loc.Scheme {
 	case "s3":

@@ -66,6 +66,7 @@ type common struct {
 	logFormat        string
 	attempts         int
 	cpuProfile       string
+	idleTimeout      time.Duration
 }
 
 func run(args []string, stderr io.Writer) int {
@@ -87,6 +88,7 @@ func run(args []string, stderr io.Writer) int {
 	pf.DurationVar(&c.progressInterval, "progress-interval", 0, "progress line interval (default 10s, 1s on a terminal; negative: none)")
 	pf.StringVar(&c.logFormat, "log-format", "auto", "json, console, or auto (console on a terminal)")
 	pf.IntVar(&c.attempts, "attempts", storage.DefaultRetry().Attempts, "tries per request on transient errors")
+	pf.DurationVar(&c.idleTimeout, "idle-timeout", storage.DefaultIdleTimeout, "retry a transfer whose connection makes no progress for this long")
 	pf.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile here (for benchmarks)")
 	_ = pf.MarkHidden("cpuprofile")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
@@ -120,6 +122,7 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 			log, interval := setupLog(stderr, c)
 			outOpts.Log, outOpts.ProgressInterval, outOpts.Concurrency = log, interval, c.concurrency
 			outOpts.Retry = retry(c, log)
+			outOpts.IdleTimeout = c.idleTimeout
 			outOpts.Version = toolVersion()
 			start := time.Now()
 			to, err := storage.ExpandTemplate(outOpts.To, os.LookupEnv)
@@ -155,6 +158,7 @@ DIR are refused before anything is written.`,
 			log, interval := setupLog(stderr, c)
 			inOpts.Log, inOpts.ProgressInterval, inOpts.Concurrency = log, interval, c.concurrency
 			inOpts.Retry = retry(c, log)
+			inOpts.IdleTimeout = c.idleTimeout
 			start := time.Now()
 			from, err := storage.ExpandTemplate(inOpts.From, os.LookupEnv)
 			if err != nil {

@@ -19,6 +19,7 @@ type Proxy struct {
 	upBytes atomic.Int64
 	every   atomic.Int64
 	after   atomic.Int64
+	stall   atomic.Bool
 	onBytes func(total int64)
 	mu      sync.Mutex
 	closed  bool
@@ -47,6 +48,10 @@ func (p *Proxy) Addr() string { return p.l.Addr().String() }
 // ResetEvery makes every n-th new connection reset after `after` client
 // bytes (n = 0: never).
 func (p *Proxy) ResetEvery(n, after int64) { p.every.Store(n); p.after.Store(after) }
+
+// Stall makes the connections ResetEvery selects stop forwarding (and stay
+// open) instead of resetting: a hung server or a black-holed network.
+func (p *Proxy) Stall(on bool) { p.stall.Store(on) }
 
 // OnBytes calls fn with the running total of client bytes (set before use).
 func (p *Proxy) OnBytes(fn func(total int64)) { p.onBytes = fn }
@@ -136,6 +141,15 @@ func (p *Proxy) handle(c net.Conn, reset bool) {
 			n, err := src.Read(buf)
 			if n > 0 {
 				if reset && carried.Add(int64(n)) > limit {
+					if p.stall.Load() {
+						p.resets.Add(1)
+						// Swallow everything until the peer gives up.
+						for {
+							if _, err := src.Read(buf); err != nil {
+								return
+							}
+						}
+					}
 					cut()
 					return
 				}
