@@ -237,6 +237,7 @@ func (s *s3Backend) Begin(ctx context.Context, key string) (Upload, error) {
 	// same checksum a single PUT would, so resume checks and the manifest
 	// use one value whatever the upload path.
 	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Algorithm": "CRC32C", "X-Amz-Checksum-Type": "FULL_OBJECT"}
+	s.abortStale(ctx, key)
 	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, opts)
 	if err != nil {
 		return nil, s.wrap("begin multipart upload "+strconv.Quote(key), err)
@@ -414,4 +415,21 @@ func (c *idleConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.Conn.Write(p)
+}
+
+// abortStale aborts multipart uploads of key left by an earlier run that
+// crashed or was killed: their parts cost storage until a lifecycle rule
+// removes them, and this run is about to upload the object anyway. Best
+// effort: a store that refuses the listing (no s3:ListBucketMultipartUploads)
+// just keeps them.
+func (s *s3Backend) abortStale(ctx context.Context, key string) {
+	res, err := s.core.ListMultipartUploads(ctx, s.bucket, key, "", "", "", 100)
+	if err != nil {
+		return
+	}
+	for _, u := range res.Uploads {
+		if u.Key == key {
+			_ = s.core.AbortMultipartUpload(ctx, s.bucket, key, u.UploadID)
+		}
+	}
 }

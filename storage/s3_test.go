@@ -1,0 +1,44 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/kdefer/kdefer/test/s3server"
+)
+
+// A rerun's multipart upload of a key aborts the uploads an interrupted run
+// left behind, so abandoned parts do not pile up.
+func TestBeginAbortsStaleUploads(t *testing.T) {
+	srv := s3server.Start(t)
+	s3server.SetCredentials(t)
+	s3server.MakeBucket(t, srv.Addr(), "stale")
+	loc, err := ParseURL(srv.URL("stale", "p/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := Open(context.Background(), loc, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := be.(*s3Backend)
+	ctx := context.Background()
+	key := "p/big"
+	for range 2 { // two crashed runs
+		up, err := s3.Begin(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := up.PutPart(ctx, 1, bytes.NewReader(make([]byte, 5<<20)), 5<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s3.core.ListMultipartUploads(ctx, "stale", key, "", "", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Uploads); n != 1 {
+		t.Errorf("%d multipart uploads of %s in progress, want only the latest", n, key)
+	}
+}
