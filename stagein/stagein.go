@@ -176,7 +176,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	res.Bytes, res.Objects, res.Skipped, res.TotalBytes = prog.Moved.Load(), prog.Objects.Load(), prog.Skipped.Load(), prog.BytesTotal.Load()
-	prog.Log(o.Log, "finish stage-in")
+	prog.Log(o.Log, "report final progress")
 	return res, nil
 }
 

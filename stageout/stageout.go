@@ -180,7 +180,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		Bytes: prog.Moved.Load(), Objects: prog.Objects.Load(), Skipped: prog.Skipped.Load(),
 		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey), Manifest: m,
 	}
-	prog.Log(o.Log, "finish stage-out")
+	prog.Log(o.Log, "report final progress")
 	return res, nil
 }
 

@@ -249,10 +249,10 @@ func finish(c common, log zerolog.Logger, op string, start time.Time, res any, e
 		}
 		s.ErrorClass, s.Error = class.String(), msg
 		s.ManifestURL = ""
-		log.Error().Str("errorClass", s.ErrorClass).Int("exitCode", code).Msg("stage-" + op + " failed: " + msg)
+		log.Error().Str("error", msg).Str("errorClass", s.ErrorClass).Int("exitCode", code).Msg("fail stage-" + op)
 	} else {
 		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).
-			Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Msg("stage-" + op + " done")
+			Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Msg("complete stage-" + op)
 	}
 	path := c.summaryFile
 	if path == "" {
