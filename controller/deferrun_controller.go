@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -70,6 +71,10 @@ func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	res, err := r.reconcile(ctx, run)
 	return quiet(ctx, res, err)
 }
+
+// bookkeepingDelay separates a defer pod's creation from the writes that
+// record it, so that in a burst the apiserver serves the creations first.
+const bookkeepingDelay = 2 * time.Second
 
 // runState is one pass over a run: the status being built, the events to
 // emit once it is written, and follow-up actions.
@@ -144,9 +149,11 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		return reconcile.Result{}, err
 	}
 	if s.created {
-		// Free the worker for the next pod's defer pod: in a burst, every
-		// defer pod is created before any bookkeeping write.
-		return reconcile.Result{}, nil
+		// Free the worker and the apiserver for the next pod's defer pod:
+		// the bookkeeping (trigger, PDB, status) comes a little later, when
+		// a burst of pod ends is over. The defer pod's creation event is not
+		// watched for the same reason.
+		return reconcile.Result{RequeueAfter: bookkeepingDelay, Priority: ptr.To(0)}, nil
 	}
 	if s.recordTrigger {
 		log.FromContext(ctx).Info("recording trigger", "trigger", run.Spec.Trigger)

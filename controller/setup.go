@@ -236,7 +236,11 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-deferrun").
 		For(&v1.DeferRun{}).
-		Owns(&corev1.Pod{}).
+		Owns(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
+			// The pass that creates a defer pod asks for its bookkeeping
+			// pass itself (bookkeepingDelay); status changes come as updates.
+			CreateFunc: func(e ctrlevent.CreateEvent) bool { return e.IsInInitialList },
+		})).
 		Watches(&corev1.Pod{}, podEnded(), builder.WithPredicates(managed)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
