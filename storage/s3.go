@@ -169,15 +169,26 @@ func (s *s3Backend) putOpts() minio.PutObjectOptions {
 // their CRC32C computed in that same read, and sent with the checksum as a
 // plain header and a plain body. For small objects the aws-chunked trailer
 // encoding costs more than the data (client and server CPU per request);
-// buffers come from one pool and a worker holds one at a time, so the memory
-// is bounded by concurrency * 1 MiB.
-const smallPutMax = 1 << 20
+// buffers come from two size classes and a worker holds one at a time, so
+// the memory is bounded by concurrency * 1 MiB, and by concurrency * 64 KiB
+// for trees of small files.
+const (
+	smallPutMax = 1 << 20
+	tinyPutMax  = 64 << 10
+)
 
-var smallPool = sync.Pool{New: func() any { b := make([]byte, smallPutMax); return &b }}
+var (
+	smallPool = sync.Pool{New: func() any { b := make([]byte, smallPutMax); return &b }}
+	tinyPool  = sync.Pool{New: func() any { b := make([]byte, tinyPutMax); return &b }}
+)
 
 func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
-	bp := smallPool.Get().(*[]byte)
-	defer smallPool.Put(bp)
+	pool := &smallPool
+	if size <= tinyPutMax {
+		pool = &tinyPool
+	}
+	bp := pool.Get().(*[]byte)
+	defer pool.Put(bp)
 	buf := (*bp)[:size]
 	if _, err := io.ReadFull(io.NewSectionReader(src, 0, size), buf); err != nil {
 		return 0, &Error{Class: Transient, Op: "read " + strconv.Quote(key), Err: fmt.Errorf("%w (file changed?)", err)}

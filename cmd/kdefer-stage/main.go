@@ -53,9 +53,6 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(200)
 	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(64 << 20)
-	}
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
@@ -92,6 +89,11 @@ func run(args []string, stderr io.Writer) int {
 	pf.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile here (for benchmarks)")
 	_ = pf.MarkHidden("cpuprofile")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if os.Getenv("GOMEMLIMIT") == "" {
+			// Each worker may hold ~1.3 MiB of pooled buffers; below that
+			// the collector would run continuously.
+			debug.SetMemoryLimit(int64(64<<20 + max(c.concurrency-16, 0)*(3<<19)))
+		}
 		if c.cpuProfile == "" {
 			return nil
 		}
