@@ -328,6 +328,14 @@ func testTriggers(h *harness) {
 			err := h.get(job)
 			return job.Annotations[v1.AnnotationSummary] == "1/1 staged out", err
 		})
+		if tc.want == v1.TriggerSucceeded {
+			// Runs have no owner; deleting the Job deletes its finished runs.
+			must(h.t, h.c.Delete(context.Background(), job))
+			h.eventually("the deleted Job's run gone", func() (bool, error) {
+				err := h.get(run)
+				return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			})
+		}
 	}
 }
 
@@ -514,6 +522,13 @@ func crashScenario(h *harness, ns, name string) []kt.Write {
 	run := h.waitArmed(pod)
 	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "") })
 	dp := h.waitDeferPod(run)
+	// Let the bookkeeping (PDB, trigger, StagingOut) happen before the defer
+	// pod ends, as it does for any stage-out longer than a second or two, so
+	// every write of a stage-out is a crash point.
+	h.eventually("StagingOut recorded", func() (bool, error) {
+		err := h.get(run)
+		return run.Status.State == v1.DeferRunStagingOut, err
+	})
 	h.finishDeferPod(dp, 0, 0, okSummary, false)
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	h.waitPodReleased(pod)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,15 +46,21 @@ func JobSummary(runs []v1.DeferRun) string {
 	return strings.Join(parts, ", ")
 }
 
-// JobReconciler keeps a Job's kdefer.io/summary annotation current. Keyed by
-// Job, it coalesces a burst of finishing runs into few writes, and catches up
-// after a restart.
+// JobReconciler keeps a Job's kdefer.io/summary annotation current (keyed by
+// Job, it coalesces a burst of finishing runs into few writes and catches up
+// after a restart), and deletes the finished runs of a Job that is gone:
+// runs are not owned by their Job (see BuildRun), so this is how deleting a
+// Job cleans them up.
 type JobReconciler struct {
-	client client.Client
+	client    client.Client
+	apiReader client.Reader
 }
 
-// NewJobReconciler returns the Job summary reconciler.
-func NewJobReconciler(c client.Client) *JobReconciler { return &JobReconciler{client: c} }
+// NewJobReconciler returns the Job reconciler; apiReader confirms a Job the
+// cache does not hold (not labelled kdefer.io/enabled) is really gone.
+func NewJobReconciler(c client.Client, apiReader client.Reader) *JobReconciler {
+	return &JobReconciler{client: c, apiReader: apiReader}
+}
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
 
@@ -61,10 +68,61 @@ func NewJobReconciler(c client.Client) *JobReconciler { return &JobReconciler{cl
 func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	job := &batchv1.Job{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		job = nil
+	}
+	if err := r.deleteOrphanedRuns(ctx, req.NamespacedName, job); err != nil {
+		return quiet(ctx, reconcile.Result{}, err)
+	}
+	if job == nil {
+		return reconcile.Result{}, nil
 	}
 	res, err := r.reconcile(ctx, job)
 	return quiet(ctx, res, err)
+}
+
+// deleteOrphanedRuns deletes the finished runs of Jobs of this name that are
+// gone or being deleted (job nil or deleting, or a new Job with another UID). A run deleted
+// unfinished would stop, so unfinished ones wait: their finishing brings
+// this reconciler back.
+func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.NamespacedName, job *batchv1.Job) error {
+	var list v1.DeferRunList
+	if err := r.client.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{IndexRunJob: key.Name}); err != nil {
+		return err
+	}
+	var orphans []*v1.DeferRun
+	for i := range list.Items {
+		run := &list.Items[i]
+		if run.DeletionTimestamp != nil || !Finished(run) || (job != nil && job.DeletionTimestamp == nil && run.Labels[labelJobUID] == string(job.UID)) {
+			continue
+		}
+		orphans = append(orphans, run)
+	}
+	if len(orphans) == 0 {
+		return nil
+	}
+	if job == nil && r.apiReader != nil {
+		// Not in the cache: make sure it is gone, not merely unlabelled.
+		live := &batchv1.Job{}
+		err := r.apiReader.Get(ctx, key, live)
+		if err == nil {
+			job = live
+		} else if !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	for _, run := range orphans {
+		if job != nil && job.DeletionTimestamp == nil && run.Labels[labelJobUID] == string(job.UID) {
+			continue
+		}
+		log.FromContext(ctx).Info("deleting the finished run of a deleted job", "deferrun", run.Name)
+		if err := r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job) (reconcile.Result, error) {

@@ -47,7 +47,7 @@ func newFakeWorld(t *testing.T, objs ...client.Object) *fakeWorld {
 	w.c, w.base = w.writes.Wrap(base, s), base
 	w.pod = NewPodReconciler(w.c, w.clock)
 	w.run = NewRunReconciler(w.c, w.c, nil, w.clock, DeferPodOptions{StageImage: "img"})
-	w.job = NewJobReconciler(w.c)
+	w.job = NewJobReconciler(w.c, w.c)
 	return w
 }
 
