@@ -73,13 +73,17 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		}
 		job = nil
 	}
-	if err := r.deleteOrphanedRuns(ctx, req.NamespacedName, job); err != nil {
+	var list v1.DeferRunList
+	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexRunJob: req.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.deleteOrphanedRuns(ctx, req.NamespacedName, job, list.Items); err != nil {
 		return quiet(ctx, reconcile.Result{}, err)
 	}
 	if job == nil {
 		return reconcile.Result{}, nil
 	}
-	res, err := r.reconcile(ctx, job)
+	res, err := r.reconcile(ctx, job, list.Items)
 	return quiet(ctx, res, err)
 }
 
@@ -87,14 +91,10 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 // gone or being deleted (job nil or deleting, or a new Job with another UID). A run deleted
 // unfinished would stop, so unfinished ones wait: their finishing brings
 // this reconciler back.
-func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.NamespacedName, job *batchv1.Job) error {
-	var list v1.DeferRunList
-	if err := r.client.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{IndexRunJob: key.Name}); err != nil {
-		return err
-	}
+func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.NamespacedName, job *batchv1.Job, runs []v1.DeferRun) error {
 	var orphans []*v1.DeferRun
-	for i := range list.Items {
-		run := &list.Items[i]
+	for i := range runs {
+		run := &runs[i]
 		if run.DeletionTimestamp != nil || !Finished(run) || (job != nil && job.DeletionTimestamp == nil && run.Labels[labelJobUID] == string(job.UID)) {
 			continue
 		}
@@ -125,13 +125,9 @@ func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.Namesp
 	return nil
 }
 
-func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job) (reconcile.Result, error) {
-	var list v1.DeferRunList
-	if err := r.client.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingFields{IndexRunJob: job.Name}); err != nil {
-		return reconcile.Result{}, err
-	}
+func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job, all []v1.DeferRun) (reconcile.Result, error) {
 	var runs []v1.DeferRun
-	for _, run := range list.Items {
+	for _, run := range all {
 		if run.Labels[labelJobUID] == string(job.UID) {
 			runs = append(runs, run)
 		}
