@@ -30,11 +30,16 @@ func PrePullPodName(node, image string) string {
 // `kdefer-stage --version` and completes; kept Succeeded, it tells later
 // passes the image is there. Defer containers' own images are not pre-pulled:
 // nothing is known about what they can run.
-func BuildPrePullPod(ns, node, image string, pull corev1.PullPolicy) *corev1.Pod {
+//
+// It is owned (not as controller, not blocking) by the run that asked for it,
+// so it goes with that run: with its Job or after the run's TTL; the next
+// armed pod on the node makes a new one.
+func BuildPrePullPod(run *v1.DeferRun, node, image string, pull corev1.PullPolicy) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: PrePullPodName(node, image), Namespace: ns,
-			Labels: map[string]string{v1.LabelManaged: LabelManagedPrePull},
+			Name: PrePullPodName(node, image), Namespace: run.Namespace,
+			Labels:          map[string]string{v1.LabelManaged: LabelManagedPrePull},
+			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, false)},
 		},
 		Spec: corev1.PodSpec{
 			NodeName:                     node,
@@ -71,7 +76,7 @@ func (r *PodReconciler) prePull(ctx context.Context, s *podState) error {
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	pod := BuildPrePullPod(s.pod.Namespace, s.pod.Spec.NodeName, r.prePullImage, r.prePullPolicy)
+	pod := BuildPrePullPod(run, s.pod.Spec.NodeName, r.prePullImage, r.prePullPolicy)
 	log.FromContext(ctx).Info("creating pre-pull pod", "pod", pod.Name, "node", pod.Spec.NodeName, "image", r.prePullImage)
 	if err := r.client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err

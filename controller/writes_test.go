@@ -331,6 +331,9 @@ func TestPrePull(t *testing.T) {
 	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "n1" || pods.Items[0].Spec.Containers[0].Image != "kdefer.io/kdefer-stage:test" {
 		t.Fatalf("pre-pull pods: %+v", pods.Items)
 	}
+	if refs := pods.Items[0].OwnerReferences; len(refs) != 1 || refs[0].Kind != "DeferRun" || *refs[0].Controller || *refs[0].BlockOwnerDeletion {
+		t.Errorf("pre-pull pod owners %+v: want its run, non-controller, non-blocking", refs)
+	}
 	if got := w.writes.Count(func(w kt.Write) bool { return w.Kind == "Pod" && w.Verb == "create" }); got != 1 {
 		t.Errorf("%d pod creates, want 1 pre-pull pod", got)
 	}
