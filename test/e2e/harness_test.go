@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -102,9 +103,41 @@ func newScenario(t *testing.T, prefix string, s3addr ...string) *scenario {
 	t.Cleanup(func() {
 		if t.Failed() {
 			s.dumpState()
+			s.unstick()
 		}
 	})
 	return s
+}
+
+// unstick, after a failure, deletes the namespace and, if kdefer does not
+// let it go within 30 s, strips kdefer's finalizers so that the next tests
+// start from a clean cluster (the failure is already recorded).
+func (s *scenario) unstick() {
+	ctx := context.Background()
+	cs := s.env.Clientset
+	// (A namespace already terminating answers 409: wait for it all the same.)
+	if err := cs.CoreV1().Namespaces().Delete(ctx, s.ns, metav1.DeleteOptions{}); apierrors.IsNotFound(err) {
+		return
+	}
+	if clusterenv.WaitFor(ctx, 30*time.Second, "namespace "+s.ns+" gone", func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, s.ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}) == nil {
+		return
+	}
+	s.t.Logf("namespace %s stuck: removing kdefer's finalizers", s.ns)
+	strip := []byte(`{"metadata":{"finalizers":null}}`)
+	if pods, err := cs.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			_, _ = cs.CoreV1().Pods(s.ns).Patch(ctx, p.Name, types.MergePatchType, strip, metav1.PatchOptions{})
+		}
+	}
+	runs := &v1.DeferRunList{}
+	if err := s.env.Client.List(ctx, runs, client.InNamespace(s.ns)); err == nil {
+		for i := range runs.Items {
+			_ = s.env.Client.Patch(ctx, &runs.Items[i], client.RawPatch(types.MergePatchType, strip))
+		}
+	}
 }
 
 func (s *scenario) logf(format string, args ...any) {
@@ -481,6 +514,11 @@ func (s *scenario) noLeaks(timeout time.Duration) {
 			return false, err
 		}
 		for _, p := range pods.Items {
+			// kdefer keeps one Succeeded pre-pull pod per namespace, node and
+			// stage image on purpose (it records that the image is there).
+			if p.Labels[v1.LabelManaged] == "prepull" && p.Status.Phase == corev1.PodSucceeded {
+				continue
+			}
 			names = append(names, "pod/"+p.Name)
 		}
 		pvcs, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).List(ctx, metav1.ListOptions{})

@@ -270,8 +270,6 @@ func (s *scenario) runTrigger(pod string, want v1.Trigger) {
 	}
 }
 
-type batchv1Pod = corev1.Pod
-
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
 // podStopped: every container of the pod has terminated.
@@ -296,13 +294,6 @@ func finishes(p *corev1.Pod) string {
 		}
 	}
 	return strings.Join(b, "; ")
-}
-
-// waitRunDeleting waits until the garbage collector has marked the pod's
-// DeferRun deleted (it then handles the run's dependents).
-func (s *scenario) waitRunDeleting(pod string) {
-	s.t.Helper()
-	s.waitRun(pod, 30*time.Second, "marked deleted with its Job", func(r *v1.DeferRun) bool { return r.DeletionTimestamp != nil })
 }
 
 // pvcStaysGuarded checks, for a while, that the pod's work PVC stays Bound
