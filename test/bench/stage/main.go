@@ -8,6 +8,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -68,7 +69,12 @@ var (
 )
 
 func main() {
+	if os.Getenv(spawnerEnv) == "1" {
+		spawnerLoop()
+		return
+	}
 	flag.Parse()
+	startSpawner()
 	log.SetFlags(log.Ltime)
 	root, err := os.Getwd()
 	check(err)
@@ -258,20 +264,82 @@ func generate(dir string, sh shape) {
 	}
 }
 
+// Peak RSS needs care: Go starts children with vfork (CLONE_VM), and Linux
+// carries the parent's high-water RSS into the child's ru_maxrss at exec. This
+// program holds datasets and listings, so children it started directly
+// reported its RSS, not theirs (every tool showed the same 79 MiB). Tools are
+// therefore started by a spawner: this binary re-executed at the start, while
+// it is still small, which does nothing but run commands and report rusage.
+const spawnerEnv = "KDEFER_BENCH_SPAWNER"
+
+type spawnReq struct {
+	Args []string
+	Env  []string
+}
+
+type spawnResp struct {
+	Wall, CPU time.Duration
+	RSSKiB    int64
+	Err, Out  string
+}
+
+var spawner struct {
+	enc *json.Encoder
+	dec *json.Decoder
+}
+
+func startSpawner() {
+	self, err := os.Executable()
+	check(err)
+	c := exec.Command(self)
+	c.Env = append(os.Environ(), spawnerEnv+"=1")
+	c.Stderr = os.Stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := c.StdinPipe()
+	check(err)
+	out, err := c.StdoutPipe()
+	check(err)
+	check(c.Start())
+	spawner.enc, spawner.dec = json.NewEncoder(in), json.NewDecoder(out)
+}
+
+func spawnerLoop() {
+	dec, enc := json.NewDecoder(os.Stdin), json.NewEncoder(os.Stdout)
+	for {
+		var req spawnReq
+		if err := dec.Decode(&req); err != nil {
+			return
+		}
+		c := exec.Command(req.Args[0], req.Args[1:]...)
+		c.Env = req.Env
+		var out strings.Builder
+		c.Stdout, c.Stderr = &out, &out
+		start := time.Now()
+		err := c.Run()
+		resp := spawnResp{Wall: time.Since(start), Out: tail(out.String(), 3000)}
+		if err != nil {
+			resp.Err = err.Error()
+		}
+		if c.ProcessState != nil {
+			ru := c.ProcessState.SysUsage().(*syscall.Rusage)
+			resp.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			resp.RSSKiB = ru.Maxrss
+		}
+		_ = enc.Encode(resp)
+	}
+}
+
 func measure(c *exec.Cmd) sample {
 	// Flush the previous run's dirty pages first: otherwise the next tool
 	// pays for its predecessor's writeback.
 	syscall.Sync()
-	var out strings.Builder
-	c.Stdout, c.Stderr = &out, &out
-	start := time.Now()
-	if err := c.Run(); err != nil {
-		log.Fatalf("%s: %v\n%s", strings.Join(c.Args, " "), err, tail(out.String(), 3000))
+	check(spawner.enc.Encode(spawnReq{Args: c.Args, Env: c.Env}))
+	var resp spawnResp
+	check(spawner.dec.Decode(&resp))
+	if resp.Err != "" {
+		log.Fatalf("%s: %s\n%s", strings.Join(c.Args, " "), resp.Err, resp.Out)
 	}
-	wall := time.Since(start)
-	ru := c.ProcessState.SysUsage().(*syscall.Rusage)
-	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return sample{wall: wall, cpu: cpu, rssKiB: ru.Maxrss}
+	return sample{wall: resp.Wall, cpu: resp.CPU, rssKiB: resp.RSSKiB}
 }
 
 func tail(s string, n int) string {
