@@ -100,7 +100,7 @@ func TestControllerKilled(t *testing.T) {
 	s.sig.release("defer-" + pod)
 	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 	if st := run.Status.Steps; len(st) == 0 || st[0].Attempts != 1 {
-		t.Errorf("stage-out steps %+v: want one attempt", st)
+		t.Errorf("steps %s: want one stage-out attempt", steps(run))
 	}
 	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
 	s.volumeReleased(run)

@@ -375,11 +375,23 @@ func (s *scenario) waitRun(pod string, timeout time.Duration, what string, cond 
 	})
 	if err != nil {
 		if last != nil {
-			err = fmt.Errorf("%w (last: trigger %q state %q conditions %s steps %+v)", err, last.Spec.Trigger, last.Status.State, runConds(last), last.Status.Steps)
+			err = fmt.Errorf("%w (last: trigger %q state %q conditions %s steps %s)", err, last.Spec.Trigger, last.Status.State, runConds(last), steps(last))
 		}
 		s.t.Fatal(err)
 	}
 	return last
+}
+
+func steps(r *v1.DeferRun) string {
+	var b []string
+	for _, st := range r.Status.Steps {
+		code := "-"
+		if st.ExitCode != nil {
+			code = fmt.Sprint(*st.ExitCode)
+		}
+		b = append(b, fmt.Sprintf("%s: %d attempts, exit %s, %q", st.Name, st.Attempts, code, st.Message))
+	}
+	return "[" + strings.Join(b, "; ") + "]"
 }
 
 func runConds(r *v1.DeferRun) string {
@@ -407,7 +419,7 @@ func (s *scenario) waitFinished(pod string, trigger v1.Trigger, state string, ti
 		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, run.Spec.Trigger, trigger)
 	}
 	if run.Status.State != state {
-		s.t.Errorf("DeferRun %s: state %q, want %q (conditions %s, steps %+v)", pod, run.Status.State, state, runConds(run), run.Status.Steps)
+		s.t.Errorf("DeferRun %s: state %q, want %q (conditions %s, steps %s)", pod, run.Status.State, state, runConds(run), steps(run))
 	}
 	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunTriggered)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(trigger) {

@@ -247,7 +247,7 @@ func (s *scenario) waitManifest(job, pod string, timeout time.Duration) {
 	})
 	if err != nil {
 		if r := s.run(pod); r != nil {
-			err = fmt.Errorf("%w (DeferRun: trigger %q state %q %s steps %+v)", err, r.Spec.Trigger, r.Status.State, runConds(r), r.Status.Steps)
+			err = fmt.Errorf("%w (DeferRun: trigger %q state %q %s steps %s)", err, r.Spec.Trigger, r.Status.State, runConds(r), steps(r))
 		}
 		s.t.Fatal(err)
 	}

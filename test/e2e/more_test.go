@@ -68,7 +68,7 @@ func TestMinIORestartedDuringUpload(t *testing.T) {
 	srv.Restart()
 	s.logf("MinIO restarted")
 	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
-	s.logf("stage-out steps: %+v", run.Status.Steps)
+	s.logf("steps: %s", steps(run))
 	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
 	s.volumeReleased(run)
 	s.cleanUp("sim")
@@ -100,7 +100,7 @@ func TestDeferContainerPostsResult(t *testing.T) {
 	}
 	run := s.waitFinished(pod, v1.TriggerFailed, v1.DeferRunSucceeded, 2*time.Minute)
 	if len(run.Status.Steps) != 2 || run.Status.Steps[1].Name != "notify" || run.Status.Steps[1].ExitCode == nil || *run.Status.Steps[1].ExitCode != 0 {
-		t.Errorf("steps %+v: want stage-out then notify, exit 0", run.Status.Steps)
+		t.Errorf("steps %s: want stage-out then notify, exit 0", steps(run))
 	}
 	s.checkOutputs("sim", pod, w, v1.TriggerFailed)
 	s.volumeReleased(run)

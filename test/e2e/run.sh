@@ -6,7 +6,7 @@
 #      (KDEFER_BUILD_IMAGES=0 imports bin/images as they are);
 #   3. starts MinIO on the node address 10.88.0.1:9000 (pods reach it there);
 #   4. deploys kdefer with kubectl apply -k deploy/overlays/local;
-#   5. go test -tags e2e ./test/e2e/... (extra go test flags: KDEFER_E2E_FLAGS,
+#   5. go test -tags e2e ./test/e2e/ (one package: -v output streams; extra go test flags: KDEFER_E2E_FLAGS,
 #      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v');
 #   on failure, dumps the component logs and kdefer's.
 set -euo pipefail
@@ -58,4 +58,4 @@ deploy_kdefer
 log "kdefer ready after $((SECONDS - start))s; running the e2e tests"
 # -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
 # shellcheck disable=SC2086
-KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 -v ${KDEFER_E2E_FLAGS:-} ./test/e2e/...
+KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 -v ${KDEFER_E2E_FLAGS:-} ./test/e2e/
