@@ -94,7 +94,7 @@ func worldObjects() (*batchv1.Job, *corev1.Pod, *corev1.PersistentVolumeClaim, *
 
 // TestWritesPerRun counts the API writes of one pod's life under kdefer with
 // a fake client, and checks the exact list: a regression guard for the
-// write budget (the goal is 6; see docs/controller.md for where the
+// write budget (the goal is 6; see README.md, "API writes per pod", for where the
 // other four go).
 func TestWritesPerRun(t *testing.T) {
 	job, pod, pvc, n := worldObjects()

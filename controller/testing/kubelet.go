@@ -14,7 +14,7 @@ import (
 
 // The kubelet and the Job controller do not run under envtest; these helpers
 // write the pod status they would, in the shapes observed on a real v1.34
-// cluster (see docs/controller.md and the facts file).
+// cluster (see README.md, "Triggers", and the facts file).
 
 // SetRunning marks every main container running, phase Running.
 func SetRunning(ctx context.Context, c client.Client, pod *corev1.Pod) error {
