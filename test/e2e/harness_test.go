@@ -563,13 +563,16 @@ func (s *scenario) noLeaks(timeout time.Duration) {
 	s.pvMu.Lock()
 	defer s.pvMu.Unlock()
 	for claim, pv := range s.pvs {
-		p, err := s.env.Clientset.CoreV1().PersistentVolumes().Get(s.ctx, pv, metav1.GetOptions{})
+		// The PV controller marks the PV Released a moment after its claim is gone.
+		err := clusterenv.WaitFor(s.ctx, time.Minute, "PV "+pv+" no longer Bound to "+s.ns+"/"+claim, func(ctx context.Context) (bool, error) {
+			p, err := s.env.Clientset.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return !(p.Status.Phase == corev1.VolumeBound && p.Spec.ClaimRef != nil && p.Spec.ClaimRef.Namespace == s.ns && p.Spec.ClaimRef.Name == claim), nil
+		})
 		if err != nil {
-			s.t.Errorf("PV %s: %v", pv, err)
-			continue
-		}
-		if p.Status.Phase == corev1.VolumeBound && p.Spec.ClaimRef != nil && p.Spec.ClaimRef.Namespace == s.ns && p.Spec.ClaimRef.Name == claim {
-			s.t.Errorf("PV %s still Bound to %s/%s", pv, s.ns, claim)
+			s.t.Error(err)
 		}
 	}
 	recyclePVs(s.t, s.env)

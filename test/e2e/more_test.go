@@ -24,8 +24,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/test/clusterenv"
@@ -249,4 +252,49 @@ func inspectImage(t *testing.T, env *clusterenv.Env) string {
 	}
 	inspectOnce.ref = ref
 	return ref
+}
+
+// TestFailedRunRetainsVolume: a stage-out that cannot succeed (its bucket
+// does not exist) fails the run; the default policy (onFailure Retain)
+// keeps the work volume with the outputs until `kdefer release`
+// (annotation kdefer.io/release on the DeferRun) lets it go.
+func TestFailedRunRetainsVolume(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "retain")
+	w := small
+	w.mode = "exit 0"
+	job := s.job("sim", w)
+	job.Annotations[v1.AnnotationStageOut] = "s3://no-such-bucket-e2e/{namespace}/{pod}/" + s.s3Query()
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunFailed, 3*time.Minute)
+	s.logf("failed run: %s", steps(run))
+	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunVolumeReleased)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Retained" {
+		t.Errorf("VolumeReleased condition %+v, want False/Retained", c)
+	}
+	s.pvcStaysGuarded(pod, time.Second)
+	s.recordPVs()
+	// The retained volume still holds every byte the pod wrote.
+	pvc, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).Get(s.ctx, pod+"-kdefer-work", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := s.env.Clientset.CoreV1().PersistentVolumes().Get(s.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.Local == nil {
+		t.Fatalf("PV of %s: %v", pvc.Name, err)
+	}
+	for i := range w.files {
+		got, err := os.ReadFile(filepath.Join(pv.Spec.Local.Path, "out", fmt.Sprintf("f%d.dat", i)))
+		if err != nil || !bytes.Equal(got, fileContent(i, w.size)) {
+			t.Errorf("retained out/f%d.dat: %d bytes, %v", i, len(got), err)
+		}
+	}
+	patch := []byte(`{"metadata":{"annotations":{"kdefer.io/release":"true"}}}`)
+	if err := s.env.Client.Patch(s.ctx, run, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.cleanUp("sim")
 }
