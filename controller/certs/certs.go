@@ -247,46 +247,48 @@ func (r *Rotator) writeFiles(data map[string][]byte) error {
 func (r *Rotator) patchBundles(ctx context.Context, bundle []byte) error {
 	var errs []error
 	for _, name := range r.opts.MutatingWebhooks {
-		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			wc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := r.c.Get(ctx, client.ObjectKey{Name: name}, wc); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			changed := false
+		wc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		errs = append(errs, r.patchBundle(ctx, name, wc, bundle, func() []*admissionregistrationv1.WebhookClientConfig {
+			cfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(wc.Webhooks))
 			for i := range wc.Webhooks {
-				if !bytes.Equal(wc.Webhooks[i].ClientConfig.CABundle, bundle) {
-					wc.Webhooks[i].ClientConfig.CABundle = bundle
-					changed = true
-				}
+				cfgs[i] = &wc.Webhooks[i].ClientConfig
 			}
-			if !changed {
-				return nil
-			}
-			r.log.Info("patched ca bundle", "mutatingwebhookconfiguration", name)
-			return r.c.Update(ctx, wc)
+			return cfgs
 		}))
 	}
 	for _, name := range r.opts.ValidatingWebhooks {
-		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			wc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := r.c.Get(ctx, client.ObjectKey{Name: name}, wc); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			changed := false
+		wc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		errs = append(errs, r.patchBundle(ctx, name, wc, bundle, func() []*admissionregistrationv1.WebhookClientConfig {
+			cfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(wc.Webhooks))
 			for i := range wc.Webhooks {
-				if !bytes.Equal(wc.Webhooks[i].ClientConfig.CABundle, bundle) {
-					wc.Webhooks[i].ClientConfig.CABundle = bundle
-					changed = true
-				}
+				cfgs[i] = &wc.Webhooks[i].ClientConfig
 			}
-			if !changed {
-				return nil
-			}
-			r.log.Info("patched ca bundle", "validatingwebhookconfiguration", name)
-			return r.c.Update(ctx, wc)
+			return cfgs
 		}))
 	}
 	return errors.Join(errs...)
+}
+
+// patchBundle sets bundle as the caBundle of every webhook of the named
+// configuration obj (read into obj; configs lists its client configs).
+func (r *Rotator) patchBundle(ctx context.Context, name string, obj client.Object, bundle []byte, configs func() []*admissionregistrationv1.WebhookClientConfig) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := r.c.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		changed := false
+		for _, cc := range configs() {
+			if !bytes.Equal(cc.CABundle, bundle) {
+				cc.CABundle = bundle
+				changed = true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		r.log.Info("patched ca bundle", "kind", fmt.Sprintf("%T", obj), "name", name)
+		return r.c.Update(ctx, obj)
+	})
 }
 
 // Renew returns the Secret data with a CA and serving certificate valid at
