@@ -526,11 +526,6 @@ func (s *scenario) noLeaks(timeout time.Duration) {
 			return false, err
 		}
 		for _, p := range pods.Items {
-			// kdefer keeps one Succeeded pre-pull pod per namespace, node and
-			// stage image on purpose (it records that the image is there).
-			if p.Labels[v1.LabelManaged] == "prepull" && p.Status.Phase == corev1.PodSucceeded {
-				continue
-			}
 			names = append(names, "pod/"+p.Name)
 		}
 		pvcs, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).List(ctx, metav1.ListOptions{})
