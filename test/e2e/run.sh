@@ -49,6 +49,7 @@ trap finish EXIT
 eval "$("$CLUSTER" env)"
 export KUBECONFIG
 build_images
+rm -rf "$STATE/data" # every run starts with an empty bucket
 start_minio "$STATE"
 # The MinIO binary for tests that run their own server (test/s3server).
 KDEFER_MINIO=$(minio_bin)
