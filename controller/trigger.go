@@ -57,7 +57,9 @@ var disruptionTriggers = map[string]v1.Trigger{
 //  6. status.reason DeadlineExceeded, or the Job failed with DeadlineExceeded: DeadlineExceeded
 //  7. status.reason Terminated/Shutdown: NodeShutdown
 //  8. a regular container terminated with reason OOMKilled (any exit code): OOMKilled
-//  9. deletion requested before the containers ended (same second included): Deleted
+//  9. deletion requested before the containers ended (same second included),
+//     or, once the kubelet's final delete has overwritten that time, a main
+//     container killed by the kubelet's signal (exit 143, or 137): Deleted
 //  10. otherwise: Failed
 func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 	var c Classification
@@ -97,7 +99,8 @@ func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 		c.Trigger = v1.TriggerNodeShutdown
 	case oom:
 		c.Trigger = v1.TriggerOOMKilled
-	case deleting && !deletionRequested(pod).After(lastFinish):
+	case deleting && !deletionRequested(pod).After(lastFinish),
+		deleting && finalDeleteAfterSignal(pod, c.ExitCodes):
 		c.Trigger = v1.TriggerDeleted
 	case pod.Status.Phase == corev1.PodSucceeded:
 		c.Trigger = v1.TriggerSucceeded
@@ -170,6 +173,25 @@ func jobDeadlineExceeded(job *batchv1.Job) bool {
 	for _, cond := range job.Status.Conditions {
 		if (cond.Type == batchv1.JobFailed || cond.Type == batchv1.JobFailureTarget) &&
 			cond.Status == corev1.ConditionTrue && cond.Reason == batchv1.JobReasonDeadlineExceeded {
+			return true
+		}
+	}
+	return false
+}
+
+// finalDeleteAfterSignal reports a pod whose deletion time was overwritten
+// by the kubelet's final grace-0 delete (the apiserver keeps the earlier of
+// the two deadlines, and the final delete comes after the containers ended)
+// and whose main container died of the kubelet's SIGTERM (exit 143) or its
+// SIGKILL at the end of the grace period (137, reason not OOMKilled). The
+// original request time is lost, so the signal is the evidence: seen on a
+// real cluster when a Job was deleted while kdefer was down.
+func finalDeleteAfterSignal(pod *corev1.Pod, exits []v1.ContainerExit) bool {
+	if g := pod.DeletionGracePeriodSeconds; g == nil || *g != 0 {
+		return false
+	}
+	for _, e := range exits {
+		if e.ExitCode == 143 || (e.ExitCode == 137 && e.Reason != "OOMKilled") {
 			return true
 		}
 	}

@@ -78,6 +78,13 @@ func TestClassify(t *testing.T) {
 		// The kubelet's own final delete (grace 0) after the containers ended is not a forced deletion.
 		"kubelet final delete after a graceful one": {pod: pod().Deleting(30*time.Second, 0).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerDeleted, ExitCodes: exit(143, "Error")}},
+		// Job deleted while kdefer was down: by the time kdefer looks, the
+		// kubelet's final delete has replaced the deletion time (observed:
+		// exit 143 at T, deletionTimestamp T+1s, grace 0).
+		"kubelet final delete overwrote the deletion time": {pod: pod().Deleting(61*time.Second, 0).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerDeleted, ExitCodes: exit(143, "Error")}},
+		"failed by itself, kubelet final delete later": {pod: pod().Failed().Deleting(10*time.Minute, 0).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerFailed, ExitCodes: exit(1, "Error")}},
 		"deleted before scheduling": {pod: kt.MakePod("p", "ns").Phase(corev1.PodPending).Deleting(0, 30).Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerDeleted, Skip: true}},
 		"native sidecar still running does not count": {pod: pod().Sidecar("proxy").Deleting(30*time.Second, 30).AllTerminated(143, "Error").Obj(),
