@@ -43,6 +43,7 @@ const (
 	ReasonRetriesExhausted = "RetriesExhausted"
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonNodeLost         = "NodeLost"
+	ReasonNamespaceDeleted = "NamespaceDeleted"
 	ReasonNodeNotReady     = "NodeNotReady"
 	ReasonPolicyNotFound   = "PolicyNotFound"
 	ReasonSecretNotFound   = "SecretNotFound"

@@ -466,6 +466,12 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 		if apierrors.IsAlreadyExists(err) {
 			return errRequeue
 		}
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			// Nothing can be created in a namespace being deleted, and its
+			// volumes go with it: retrying would hold the namespace forever.
+			return r.finish(ctx, s, v1.DeferRunSkipped, ReasonNamespaceDeleted,
+				fmt.Sprintf("namespace %s is being deleted: no defer pod can run in it", run.Namespace), nil)
+		}
 		return err
 	}
 	Metrics.Writes.WithLabelValues("defer-pod").Inc()

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -37,8 +40,14 @@ type fakeWorld struct {
 }
 
 func newFakeWorld(t *testing.T, objs ...client.Object) *fakeWorld {
+	return newFakeWorldWith(t, interceptor.Funcs{}, objs...)
+}
+
+// newFakeWorldWith is newFakeWorld with an interceptor that can make the
+// API answer as a real apiserver would in a corner case.
+func newFakeWorldWith(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *fakeWorld {
 	s := Scheme()
-	base := fake.NewClientBuilder().WithScheme(s).
+	base := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(funcs).
 		WithStatusSubresource(&v1.DeferRun{}, &corev1.Pod{}).
 		WithIndex(&v1.DeferRun{}, IndexRunJob, func(o client.Object) []string { return []string{o.(*v1.DeferRun).Spec.JobName} }).
 		WithIndex(&v1.DeferRun{}, IndexRunPolicy, func(o client.Object) []string { return []string{o.(*v1.DeferRun).Spec.PolicyName} }).
@@ -409,6 +418,47 @@ func TestPodGoneWithoutNode(t *testing.T) {
 	}
 	if dp.Spec.NodeName != "" || envOf(dp, v1.EnvTrigger) != string(v1.TriggerDeleted) {
 		t.Errorf("defer pod node %q trigger %q", dp.Spec.NodeName, envOf(dp, v1.EnvTrigger))
+	}
+}
+
+// TestNamespaceTerminating: a run whose namespace is being deleted cannot
+// create its defer pod; it must end (Skipped) and let go of the pod and
+// the volume instead of retrying forever (seen on the e2e cluster: the
+// namespace hung in Terminating).
+func TestNamespaceTerminating(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	w := newFakeWorldWith(t, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if p, ok := obj.(*corev1.Pod); ok && p.Name == "j-x-defer" {
+				err := apierrors.NewForbidden(corev1.Resource("pods"), p.Name, fmt.Errorf("unable to create new content in namespace ns because it is being terminated"))
+				err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+					Type: corev1.NamespaceTerminatingCause, Message: "namespace ns is being terminated", Field: "metadata.namespace"})
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}, job, pod, pvc, n)
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
+	w.settle()
+
+	run := &v1.DeferRun{}
+	if err := w.c.Get(context.Background(), w.key, run); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != ReasonNamespaceDeleted {
+		t.Fatalf("run conditions %+v, want Skipped with reason %s", run.Status.Conditions, ReasonNamespaceDeleted)
+	}
+	if !meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
+		t.Errorf("volume not released: %+v", run.Status.Conditions)
+	}
+	got := &corev1.Pod{}
+	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	if controllerutil.ContainsFinalizer(got, v1.PodFinalizer) {
+		t.Errorf("pod still holds %s", v1.PodFinalizer)
 	}
 }
 
