@@ -52,6 +52,10 @@ const (
 type Options struct {
 	// Disabled turns the webhooks off (render with `kdefer render` then).
 	Disabled bool
+	// Host the webhook server listens on (default: every address). A
+	// host-network manager sets it, e.g. to 127.0.0.1, so nothing listens on
+	// the node's other interfaces.
+	Host string
 	// Port the webhook server listens on (default 9443).
 	Port int
 	// CertDir holds tls.crt and tls.key (default the certs package's).
@@ -72,6 +76,7 @@ type Options struct {
 // caller from its own --stage-image flag).
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Disabled, "disable-webhooks", false, "do not serve the admission webhooks")
+	fs.StringVar(&o.Host, "webhook-bind-host", "", "address the admission webhook server listens on (default: every address)")
 	fs.IntVar(&o.Port, "webhook-port", 9443, "port of the admission webhook server")
 	fs.StringVar(&o.CertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	fs.StringVar(&o.CertMode, "webhook-cert-mode", CertModeSelfSigned, "self-signed (kdefer manages a CA, the serving certificate and the caBundles) or external (e.g. cert-manager)")
@@ -95,7 +100,7 @@ func (o Options) withDefaults() Options {
 // NewServer returns the webhook server to put in ctrl.Options.WebhookServer.
 func NewServer(opts Options) webhook.Server {
 	opts = opts.withDefaults()
-	return webhook.NewServer(webhook.Options{Port: opts.Port, CertDir: opts.CertDir})
+	return webhook.NewServer(webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir})
 }
 
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferpolicies,verbs=get;list;watch
