@@ -1,6 +1,6 @@
 # kdefer Makefile. The two commands a fresh machine needs:
 #   make demo   # run the main job: local cluster + MinIO + kdefer + the physics example
-#   make test   # every test tier (unit, envtest, real S3, e2e on a local cluster)
+#   make test   # unit, envtest, real S3 and fuzz tiers (make e2e: the local-cluster tier, not yet in make test)
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 GO ?= go
