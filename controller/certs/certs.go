@@ -395,14 +395,18 @@ func pemCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-func serial() (*big.Int, error) { return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126)) }
-
-func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+// newKey returns a fresh P-256 key and a random certificate serial number.
+func newKey() (*ecdsa.PrivateKey, *big.Int, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
-	sn, err := serial()
+	sn, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	return key, sn, err
+}
+
+func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, sn, err := newKey()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -424,11 +428,7 @@ func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.Pri
 }
 
 func newServingCert(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, now time.Time, validity time.Duration) ([]byte, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	sn, err := serial()
+	key, sn, err := newKey()
 	if err != nil {
 		return nil, nil, err
 	}
