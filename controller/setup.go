@@ -102,6 +102,10 @@ func stripPod(obj any) (any, error) {
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
 			out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+			// Classify reads the memory limit (an exit 137 under it is an OOM kill).
+			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+				out[i].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q}
+			}
 		}
 		return out
 	}

@@ -33,6 +33,17 @@ func TestClassify(t *testing.T) {
 		// facts 7: only a child killed, the shell exits 0: reason OOMKilled, pod Succeeded.
 		"oom killed child, exit 0, pod succeeded": {pod: pod().AllTerminated(0, "OOMKilled").Phase(corev1.PodSucceeded).Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerOOMKilled, ExitCodes: exit(0, "OOMKilled")}},
+		// e2e, 1 run in 6: containerd missed the OOM event, the kubelet reported a plain SIGKILL.
+		"oom killed, runtime missed the event": {pod: pod().MemoryLimit("24Mi").AllTerminated(137, "Error").Phase(corev1.PodFailed).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerOOMKilled, ExitCodes: exit(137, "Error")}},
+		"sigkill without a memory limit": {pod: pod().AllTerminated(137, "Error").Phase(corev1.PodFailed).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerFailed, ExitCodes: exit(137, "Error")}},
+		"memory limit, plain failure": {pod: pod().MemoryLimit("24Mi").Failed().Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerFailed, ExitCodes: exit(1, "Error")}},
+		"memory limit, SIGKILL at the end of a deletion's grace": {pod: pod().MemoryLimit("24Mi").Deleting(30*time.Second, 30).AllTerminated(137, "Error").Phase(corev1.PodFailed).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerDeleted, ExitCodes: exit(137, "Error")}},
+		"memory limit, kubelet eviction": {pod: pod().MemoryLimit("24Mi").Evicted().Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerEvicted, ExitCodes: exit(137, "Error")}},
 		// facts 6: ephemeral-storage eviction: reason Evicted, no DisruptionTarget.
 		"kubelet eviction": {pod: pod().Evicted().Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerEvicted, ExitCodes: exit(137, "Error")}},

@@ -103,6 +103,14 @@ func (w *PodWrapper) Sidecar(name string) *PodWrapper {
 	return w
 }
 
+// MemoryLimit sets the memory limit of every main container.
+func (w *PodWrapper) MemoryLimit(q string) *PodWrapper {
+	for i := range w.Spec.Containers {
+		w.Spec.Containers[i].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(q)}
+	}
+	return w
+}
+
 // Container adds another running main container.
 func (w *PodWrapper) Container(name string) *PodWrapper {
 	w.Spec.Containers = append(w.Spec.Containers, corev1.Container{Name: name, Image: "busybox"})
