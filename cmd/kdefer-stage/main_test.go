@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -130,5 +131,29 @@ func TestCLIMinIO(t *testing.T) {
 	code, s, _ = runCLI(t, "out", "--from", src, "--to", srv.URL("nobucket", "run/"))
 	if code != v1.ExitPermanent || !strings.Contains(s.Error, "NoSuchBucket") {
 		t.Errorf("missing bucket: exit %d summary %+v", code, s)
+	}
+}
+
+func TestVersionOf(t *testing.T) {
+	info := func(settings ...debug.BuildSetting) func() (*debug.BuildInfo, bool) {
+		return func() (*debug.BuildInfo, bool) { return &debug.BuildInfo{Settings: settings}, true }
+	}
+	cases := map[string]struct {
+		info func() (*debug.BuildInfo, bool)
+		want string
+	}{
+		"no build info": {info: func() (*debug.BuildInfo, bool) { return nil, false }, want: "v0.1.0"},
+		"no vcs":        {info: info(), want: "v0.1.0"},
+		"clean tree": {info: info(debug.BuildSetting{Key: "vcs.revision", Value: "d290e3c5b1a2f00112233445566778899aabbccd"},
+			debug.BuildSetting{Key: "vcs.modified", Value: "false"}), want: "v0.1.0+d290e3c5b1a2"},
+		"modified tree": {info: info(debug.BuildSetting{Key: "vcs.revision", Value: "d290e3c5b1a2f00112233445566778899aabbccd"},
+			debug.BuildSetting{Key: "vcs.modified", Value: "true"}), want: "v0.1.0+d290e3c5b1a2.dirty"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, versionOf("v0.1.0", tc.info)); diff != "" {
+				t.Errorf("versionOf (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
