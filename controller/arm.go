@@ -61,7 +61,6 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 		Spec: v1.DeferRunSpec{
 			PodName:    pod.Name,
 			PodUID:     pod.UID,
-			NodeName:   pod.Spec.NodeName,
 			Volumes:    WorkClaims(pod),
 			Policy:     policy,
 			PolicyName: policyName,

@@ -9,10 +9,6 @@ import (
 
 // Annotations the controller keeps on DeferRuns for itself.
 const (
-	// annotationTriggeredAt (RFC 3339, nanoseconds) is when the pod
-	// controller saw the pod end; it is written with spec.trigger, so the
-	// reaction time survives a restart.
-	annotationTriggeredAt = "kdefer.io/triggered-at"
 	// annotationConfigError holds why the policy could not be resolved when
 	// the run was armed; the run re-resolves it before it starts and
 	// proceeds once the cause is fixed.

@@ -3,6 +3,7 @@ package controller
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"path"
 	"strconv"
 	"time"
@@ -34,9 +35,8 @@ type DeferPodOptions struct {
 	ImagePullPolicy corev1.PullPolicy
 }
 
-// DeferPodName is the name of a DeferRun's defer pod (and its PDB): fixed,
-// so a restarted controller finds the pod it created instead of creating a
-// second one.
+// DeferPodName is the name of a DeferRun's defer pod: fixed, so a restarted
+// controller finds the pod it created instead of creating a second one.
 func DeferPodName(run *v1.DeferRun) string { return shorten(run.Name+"-defer", 253) }
 
 // LabelValue fits a name into a label value (63 characters), keeping it
@@ -63,7 +63,7 @@ type Step struct {
 // containers that the trigger's rule selects. Empty means nothing to run.
 func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 	pol := &run.Spec.Policy
-	rule := pol.RuleFor(run.Spec.Trigger)
+	rule := pol.RuleFor(run.Status.Trigger)
 	if rule.Action == v1.TriggerActionSkip {
 		return nil
 	}
@@ -131,7 +131,8 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 	return steps
 }
 
-// BuildDeferPod returns the pod that runs a triggered DeferRun's steps on the
+// BuildDeferPod returns the pod that runs a triggered DeferRun's steps (the
+// trigger and node in its status, as this pass sees it) on the
 // dead pod's node, or nil when the trigger runs no step. Every step but the
 // last is an init container (they run in order, a failed one is retried by
 // the kubelet with backoff under restartPolicy OnFailure); the last is the
@@ -175,7 +176,7 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			// The dead pod's node: its volume is bound there, and nodeName
 			// bypasses the scheduler and so a cordon.
-			NodeName:                      run.Spec.NodeName,
+			NodeName:                      run.Status.NodeName,
 			RestartPolicy:                 corev1.RestartPolicyOnFailure,
 			ActiveDeadlineSeconds:         ptr.To(deadline),
 			InitContainers:                inits,
@@ -201,26 +202,44 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	}
 }
 
+// DeferPDBName is the name of the one PodDisruptionBudget of a namespace's
+// defer pods.
+const DeferPDBName = "kdefer-defer-pods"
+
 // BuildDeferPDB returns the PodDisruptionBudget that makes `kubectl drain`
-// wait for a running defer pod instead of evicting it.
+// wait for every running defer pod of run's namespace instead of evicting
+// it: one per namespace, not one per run, so it costs no write per run.
+//
+// minAvailable is an integer far above any pod count, so the disruption
+// controller always allows 0 disruptions and the Eviction API refuses every
+// eviction of a Running defer pod (Pending and finished pods are not
+// protected by any budget). An integer minAvailable needs no scale
+// subresource on the pods' owner.
+//
+// It is owned (not as controller, not blocking) by the run that created
+// it, like the pre-pull pod: it goes with that run (with its Job, or after
+// the run's TTL), so nothing is left once a namespace's runs are gone; if
+// defer pods still run then, their runs create it again (the reconciler
+// watches its deletion).
 func BuildDeferPDB(run *v1.DeferRun) *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: DeferPodName(run), Namespace: run.Namespace,
-			Labels:          map[string]string{v1.LabelDeferRun: LabelValue(run.Name)},
-			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, true)},
+			Name: DeferPDBName, Namespace: run.Namespace,
+			Labels:          map[string]string{v1.LabelManaged: LabelManagedDefer},
+			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, false)},
 		},
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			MinAvailable: ptr.To(intstr.FromInt32(math.MaxInt32)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
-				v1.LabelManaged: LabelManagedDefer, v1.LabelDeferRun: LabelValue(run.Name)}},
+				v1.LabelManaged: LabelManagedDefer}},
 		},
 	}
 }
 
 // runOwnerRef is an ownerReference to the DeferRun. controller=true for the
-// defer pod and PDB; for work PVCs it is a second, non-controller owner with
-// blockOwnerDeletion false, so it never delays the pod's or Job's deletion.
+// defer pod; for work PVCs it is a second, non-controller owner with
+// blockOwnerDeletion false, so it never delays the pod's or Job's deletion
+// (and likewise for the pre-pull pod and the namespace's PDB).
 func runOwnerRef(run *v1.DeferRun, controller bool) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion:         v1.GroupVersion.String(),
@@ -237,10 +256,10 @@ func stepEnv(run *v1.DeferRun) []corev1.EnvVar {
 		{Name: v1.EnvNamespace, Value: run.Namespace},
 		{Name: v1.EnvJob, Value: run.Spec.JobName},
 		{Name: v1.EnvPod, Value: run.Spec.PodName},
-		{Name: v1.EnvNode, Value: run.Spec.NodeName},
+		{Name: v1.EnvNode, Value: run.Status.NodeName},
 		{Name: v1.EnvUID, Value: string(run.Spec.PodUID)},
-		{Name: v1.EnvTrigger, Value: string(run.Spec.Trigger)},
-		{Name: v1.EnvExitCode, Value: strconv.Itoa(int(ExitCode(run.Spec.ExitCodes)))},
+		{Name: v1.EnvTrigger, Value: string(run.Status.Trigger)},
+		{Name: v1.EnvExitCode, Value: strconv.Itoa(int(ExitCode(run.Status.ExitCodes)))},
 	}
 	if run.Spec.CompletionIndex != nil {
 		env = append(env, corev1.EnvVar{Name: v1.EnvIndex, Value: strconv.Itoa(int(*run.Spec.CompletionIndex))})

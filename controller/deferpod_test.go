@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
@@ -135,8 +138,22 @@ func TestDeferPodInvariants(t *testing.T) {
 		t.Errorf("NoExecute toleration = %+v, want bounded by nodeLostTimeout (600s)", noExec)
 	}
 	pdb := BuildDeferPDB(run)
-	if diff := cmp.Diff(pod.Labels, pdb.Spec.Selector.MatchLabels); diff != "" {
-		t.Errorf("PDB selector does not match the defer pod (-pod +pdb):\n%s", diff)
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+		t.Errorf("PDB selector %v does not match the defer pod's labels %v (%v)", pdb.Spec.Selector, pod.Labels, err)
+	}
+	other := BuildDeferPDB(kt.MakeRun("q", "ns").Obj())
+	if pdb.Name != other.Name || !sel.Matches(labels.Set(BuildDeferPod(kt.MakeRun("q", "ns").Trigger(v1.TriggerFailed, 1).Obj(), DeferPodOptions{}).Labels)) {
+		t.Errorf("PDB %s / %s: want one per namespace, matching every defer pod", pdb.Name, other.Name)
+	}
+	if sel.Matches(labels.Set{v1.LabelManaged: "true"}) {
+		t.Error("PDB selector matches managed pods; it must select defer pods only")
+	}
+	if ma := pdb.Spec.MinAvailable; ma == nil || ma.Type != intstr.Int || ma.IntVal != math.MaxInt32 {
+		t.Errorf("minAvailable %v: want the integer MaxInt32 (no eviction allowed, no scale subresource needed)", ma)
+	}
+	if refs := pdb.OwnerReferences; len(refs) != 1 || refs[0].UID != run.UID || *refs[0].Controller || *refs[0].BlockOwnerDeletion {
+		t.Errorf("PDB owners %+v: want the run that created it, non-controller, non-blocking", refs)
 	}
 }
 

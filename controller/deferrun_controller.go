@@ -26,7 +26,8 @@ import (
 )
 
 // RunReconciler drives a DeferRun from trigger to release: config and node
-// checks, the defer pod and its PDB, the outcome, the volume, the TTL.
+// checks, the defer pod (and the namespace's PDB), the outcome, the volume,
+// the TTL.
 type RunReconciler struct {
 	client    client.Client
 	apiReader client.Reader // uncached reads (Secrets: never cached)
@@ -49,7 +50,7 @@ func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.Event
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
 
@@ -72,8 +73,10 @@ func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	return quiet(ctx, res, err)
 }
 
-// bookkeepingDelay separates a defer pod's creation from the writes that
-// record it, so that in a burst the apiserver serves the creations first.
+// bookkeepingDelay separates a defer pod's creation from the status write
+// that records it (trigger, StagingOut), so that in a burst the apiserver
+// serves the creations first, and a defer pod done by then needs only its
+// final status.
 const bookkeepingDelay = 2 * time.Second
 
 // runState is one pass over a run: the status being built, the events to
@@ -86,12 +89,19 @@ type runState struct {
 	events      []event
 	finishedNow bool
 	deleteRun   bool
-	// recordTrigger: this pass classified the pod; spec.trigger is written
-	// before the status.
-	recordTrigger bool
-	// created: this pass created the defer pod and ends there; the next
-	// pass (the pod's creation event) writes trigger, PDB and status.
+	// skipReason, skipMsg: this pass classified the pod and found that the
+	// run is skipped (a forced deletion, or a skip asked for on the pod or
+	// Job); the status write that records the trigger finishes the run.
+	skipReason, skipMsg string
+	// created: this pass created the defer pod and ends there, writing
+	// nothing else; the bookkeeping pass records trigger and status.
 	created bool
+}
+
+// view is the run as this pass sees it: the stored spec and metadata with
+// the status being built (the trigger among it).
+func (s *runState) view() *v1.DeferRun {
+	return &v1.DeferRun{TypeMeta: s.run.TypeMeta, ObjectMeta: s.run.ObjectMeta, Spec: s.run.Spec, Status: *s.status}
 }
 
 type event struct {
@@ -134,10 +144,11 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		// Deleted before it finished (by a person, or with its namespace):
 		// stop, release the volume, and let it go.
 		err = r.finish(ctx, s, v1.DeferRunSkipped, ReasonRunDeleted, "the DeferRun was deleted before it finished", r.deferPod(ctx, run))
-	case run.Spec.Trigger == "":
+	case s.status.Trigger == "":
 		// Armed until the pod ends: nothing to write then. The Armed
-		// condition comes with the first write that has more to say,
-		// which saves one write per pod.
+		// condition and the trigger come with the first status write that
+		// has more to say (StagingOut, or the outcome), which saves one
+		// write per pod each.
 		var triggered bool
 		if triggered, err = r.trigger(ctx, s); triggered && err == nil {
 			err = r.execute(ctx, s)
@@ -150,17 +161,11 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	}
 	if s.created {
 		// Free the worker and the apiserver for the next pod's defer pod:
-		// the bookkeeping (trigger, PDB, status) comes a little later, when
-		// a burst of pod ends is over. The defer pod's creation event is not
-		// watched for the same reason.
+		// the bookkeeping (trigger and status) comes a little later, when
+		// a burst of pod ends is over; a defer pod that is done by then
+		// needs only the final status. The defer pod's creation event is
+		// not watched for the same reason.
 		return reconcile.Result{RequeueAfter: bookkeepingDelay, Priority: ptr.To(0)}, nil
-	}
-	if s.recordTrigger {
-		log.FromContext(ctx).Info("recording trigger", "trigger", run.Spec.Trigger)
-		if err := r.client.Update(ctx, run); err != nil {
-			return reconcile.Result{}, err
-		}
-		r.exp.expect("DeferRun", run)
 	}
 	if err := r.writeStatus(ctx, s); err != nil {
 		return reconcile.Result{}, err
@@ -185,10 +190,13 @@ func (r *RunReconciler) deferPod(ctx context.Context, run *v1.DeferRun) *corev1.
 	return pod
 }
 
-// trigger classifies the run's pod. The pod side only arms; the run side
-// reacts to the pod's end itself, so a defer pod is one queue hop and one
-// write away from it, and the trigger is recorded right after (a pass that
-// crashes in between finds the defer pod and takes the trigger from it).
+// trigger classifies the run's pod into s.status. The pod side only arms;
+// the run side reacts to the pod's end itself, so a defer pod is one queue
+// hop and one write away from it. The trigger is stored with the next status
+// write; until then every pass classifies again: the pod is held by kdefer's
+// finalizer until the run is final, and once the defer pod exists its
+// environment is authoritative (trigger, node), and its creation time is
+// when the trigger was seen.
 func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) {
 	run := s.run
 	pod := &corev1.Pod{}
@@ -217,40 +225,71 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 			class = Classification{Done: true, Trigger: v1.TriggerNodeLost, ExitCodes: exitCodes(pod)}
 		}
 	}
+	node, at := "", s.now
+	if pod != nil {
+		node = pod.Spec.NodeName
+	}
 	dp := &corev1.Pod{}
 	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, dp); err == nil && metav1.IsControlledBy(dp, run) {
 		for _, e := range dp.Spec.Containers[0].Env {
-			if e.Name == v1.EnvTrigger && v1.Trigger(e.Value).IsValid() {
+			switch {
+			case e.Name == v1.EnvTrigger && v1.Trigger(e.Value).IsValid():
 				class.Trigger = v1.Trigger(e.Value)
+			case e.Name == v1.EnvNode:
+				node = e.Value
 			}
 		}
+		if t := dp.CreationTimestamp.Time; !t.IsZero() && t.Before(at) {
+			at = t
+		}
 	}
-	applyTrigger(run, class, pod, job, s.now)
-	s.recordTrigger = true
+	applyTrigger(s.status, class, node, at)
+	switch {
+	case class.Skip:
+		s.skipReason, s.skipMsg = ReasonForceDeleted, "the pod was deleted with grace period 0 before its containers ended"
+	case pod != nil && skipRequested(pod, job):
+		s.skipReason, s.skipMsg = ReasonSkipped, fmt.Sprintf("annotation %s on the pod or Job", v1.AnnotationSkip)
+	}
 	return true, nil
+}
+
+// applyTrigger records in st why the run's pod ended, on which node, and
+// when that was seen (in memory; the pass's status write stores it).
+func applyTrigger(st *v1.DeferRunStatus, class Classification, node string, at time.Time) {
+	st.Trigger = class.Trigger
+	st.ExitCodes = class.ExitCodes
+	st.NodeName = node
+	if st.TriggeredAt == nil {
+		st.TriggeredAt = &metav1.Time{Time: at}
+	}
 }
 
 // execute runs a triggered, unfinished run one step further.
 func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
 	run := s.run
+	trig := s.status.Trigger
 	s.cond(v1.DeferRunArmed, true, ReasonArmed, fmt.Sprintf("work volume of pod %s co-owned", run.Spec.PodName))
-	s.cond(v1.DeferRunTriggered, true, string(run.Spec.Trigger), fmt.Sprintf("pod %s ended: %s (exit code %d)", run.Spec.PodName, run.Spec.Trigger, ExitCode(run.Spec.ExitCodes)))
+	s.cond(v1.DeferRunTriggered, true, string(trig), fmt.Sprintf("pod %s ended: %s (exit code %d)", run.Spec.PodName, trig, ExitCode(s.status.ExitCodes)))
 	if s.status.TriggeredAt == nil {
-		s.status.TriggeredAt = &metav1.Time{Time: triggeredAt(run, s.now)}
+		s.status.TriggeredAt = &metav1.Time{Time: s.now}
 	}
-	if reason, msg := skipOf(run); reason != "" {
+	reason, msg := skipOf(run)
+	if reason == "" {
+		reason, msg = s.skipReason, s.skipMsg
+	}
+	if reason != "" {
 		return r.finish(ctx, s, v1.DeferRunSkipped, reason, msg, nil)
 	}
 	if done, err := r.checkConfig(ctx, s); done || err != nil {
 		return err
 	}
-	steps := Steps(run, r.opts)
+	steps := Steps(s.view(), r.opts)
 	if len(steps) == 0 {
 		reason := ReasonNothingToRun
-		if run.Spec.Policy.RuleFor(run.Spec.Trigger).Action == v1.TriggerActionSkip {
+		if run.Spec.Policy.RuleFor(trig).Action == v1.TriggerActionSkip {
 			reason = ReasonRuleSkip
 		}
-		return r.finish(ctx, s, v1.DeferRunSkipped, reason, fmt.Sprintf("no step runs for trigger %s", run.Spec.Trigger), nil)
+		return r.finish(ctx, s, v1.DeferRunSkipped, reason, fmt.Sprintf("no step runs for trigger %s", trig), nil)
 	}
 	pod := &corev1.Pod{}
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, pod)
@@ -362,10 +401,10 @@ func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1
 // places its defer pod where the volume can attach), any other fails with
 // reason NodeLost, keeping the volume.
 func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (relocate, done bool, err error) {
-	if pod != nil && (podTerminal(pod) || pod.Spec.NodeName != s.run.Spec.NodeName) {
+	if pod != nil && (podTerminal(pod) || pod.Spec.NodeName != s.status.NodeName) {
 		return false, false, nil // finished, or already relocated
 	}
-	if s.run.Spec.NodeName == "" {
+	if s.status.NodeName == "" {
 		// The pod never ran on a node (deleted before it was scheduled, or
 		// gone before its node was known): the scheduler places the defer
 		// pod, honouring the PV's node affinity.
@@ -373,7 +412,7 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	}
 	var node *corev1.Node
 	n := &corev1.Node{}
-	err = r.client.Get(ctx, types.NamespacedName{Name: s.run.Spec.NodeName}, n)
+	err = r.client.Get(ctx, types.NamespacedName{Name: s.status.NodeName}, n)
 	switch {
 	case err == nil:
 		node = n
@@ -381,11 +420,11 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 		return false, true, err
 	}
 	since := s.status.TriggeredAt.Time
-	if s.run.Spec.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
+	if s.status.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
 		// The pod side already waited nodeLostTimeout for this node.
 		since = since.Add(-s.run.Spec.Policy.NodeLostTimeout.Duration)
 	}
-	v := JudgeNode(node, s.run, since, s.now)
+	v := JudgeNode(node, s.view(), since, s.now)
 	switch {
 	case v.Ready:
 		return false, false, nil
@@ -396,7 +435,7 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 				return false, true, err
 			}
 			if movable {
-				s.events = append(s.events, event{corev1.EventTypeWarning, "Relocated", fmt.Sprintf("node %s is lost; the work volume is not node-local, so the defer pod runs elsewhere", s.run.Spec.NodeName), false})
+				s.events = append(s.events, event{corev1.EventTypeWarning, "Relocated", fmt.Sprintf("node %s is lost; the work volume is not node-local, so the defer pod runs elsewhere", s.status.NodeName), false})
 				return true, false, nil
 			}
 		}
@@ -450,18 +489,19 @@ func NodeLocal(pv *corev1.PersistentVolume) bool {
 	return false
 }
 
-// startDeferPod creates the defer pod, then its PDB. Both have fixed names,
-// so a pass after a crash finds them instead of creating more. The pod goes
-// first because it is what the reaction time is measured to; the PDB only
-// matters once the pod runs (the Eviction API ignores budgets for Pending
-// pods), seconds later, and ensurePDB re-creates it if a crash came between.
+// startDeferPod creates the defer pod (its fixed name makes a pass after a
+// crash find it instead of creating another), then makes sure the
+// namespace's PodDisruptionBudget exists: usually a cache read, a write only
+// for the first defer pod of a namespace. The pod goes first because it is
+// what the reaction time is measured to; the budget only matters once the
+// pod runs (the Eviction API ignores budgets for Pending pods).
 func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate bool) error {
-	run := s.run
+	run := s.view()
 	pod := BuildDeferPod(run, r.opts)
 	if relocate {
 		pod.Spec.NodeName = "" // the scheduler places it where the volume can attach
 	}
-	log.FromContext(ctx).Info("creating defer pod", "pod", pod.Name, "node", pod.Spec.NodeName, "trigger", run.Spec.Trigger)
+	log.FromContext(ctx).Info("creating defer pod", "pod", pod.Name, "node", pod.Spec.NodeName, "trigger", run.Status.Trigger)
 	if err := r.client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return errRequeue
@@ -477,17 +517,22 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 	Metrics.Writes.WithLabelValues("defer-pod").Inc()
 	Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())
 	s.created = true
-	return nil
+	return r.ensurePDB(ctx, run)
 }
 
-// ensurePDB creates the defer pod's PodDisruptionBudget if it is missing.
+// ensurePDB creates the namespace's defer-pod PodDisruptionBudget (see
+// BuildDeferPDB) if the cache does not hold it.
 func (r *RunReconciler) ensurePDB(ctx context.Context, run *v1.DeferRun) error {
 	pdb := BuildDeferPDB(run)
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(pdb), &policyv1.PodDisruptionBudget{})
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err := r.client.Create(ctx, pdb); err != nil && !apierrors.IsAlreadyExists(err) {
+	log.FromContext(ctx).Info("creating the namespace's defer pod disruption budget", "pdb", pdb.Name)
+	if err := r.client.Create(ctx, pdb); err != nil {
+		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return nil
+		}
 		return err
 	}
 	Metrics.Writes.WithLabelValues("pdb").Inc()
@@ -504,7 +549,7 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 	}
 	o := Observe(pod, *s.run.Spec.Policy.RetryLimit)
 	if s.status.DeferPodName != pod.Name {
-		s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.run.Spec.Trigger), true})
+		s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.status.Trigger), true})
 	}
 	s.status.DeferPodName = pod.Name
 	if s.status.StartTime == nil {
@@ -623,7 +668,7 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	s.status.State = State(s.status)
 	for i := range s.status.Conditions {
-		// A trigger written in this pass bumped the generation.
+		// A policy resolved after a config error bumped the generation.
 		s.status.Conditions[i].ObservedGeneration = s.run.Generation
 	}
 	if equality.Semantic.DeepEqual(&s.run.Status, s.status) {
@@ -636,7 +681,7 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	r.exp.expect("DeferRun", s.run)
 	Metrics.Writes.WithLabelValues("status").Inc()
 	if s.finishedNow {
-		Metrics.Runs.WithLabelValues(string(s.run.Spec.Trigger), s.status.State).Inc()
+		Metrics.Runs.WithLabelValues(string(s.status.Trigger), s.status.State).Inc()
 		Metrics.StageBytes.Add(float64(s.status.Bytes))
 	}
 	return nil
@@ -677,21 +722,9 @@ func skipOf(run *v1.DeferRun) (string, string) {
 		return ReasonReleasedByHand, "released by hand before the run finished"
 	}
 	if run.Annotations[v1.AnnotationSkip] == "true" {
-		if run.Annotations[annotationSkipReason] == ReasonForceDeleted {
-			return ReasonForceDeleted, "the pod was deleted with grace period 0 before its containers ended"
-		}
 		return ReasonSkipped, fmt.Sprintf("annotation %s on the pod or Job", v1.AnnotationSkip)
 	}
 	return "", ""
-}
-
-func triggeredAt(run *v1.DeferRun, now time.Time) time.Time {
-	if s, ok := run.Annotations[annotationTriggeredAt]; ok {
-		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			return t
-		}
-	}
-	return now
 }
 
 func podTerminal(p *corev1.Pod) bool {

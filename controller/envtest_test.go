@@ -319,8 +319,8 @@ func testTriggers(h *harness) {
 		}
 		h.finishDeferPod(dp, 0, 0, okSummary, false)
 		h.waitFinished(run, v1.DeferRunSucceeded)
-		if run.Spec.Trigger != tc.want || run.Status.Bytes != 1234 || run.Status.Objects != 3 || run.Status.ManifestURL != okSummary.ManifestURL {
-			h.t.Errorf("%s: run spec.trigger=%s status=%+v", tc.name, run.Spec.Trigger, run.Status)
+		if run.Status.Trigger != tc.want || run.Status.Bytes != 1234 || run.Status.Objects != 3 || run.Status.ManifestURL != okSummary.ManifestURL {
+			h.t.Errorf("%s: run status.trigger=%s status=%+v", tc.name, run.Status.Trigger, run.Status)
 		}
 		h.waitPodReleased(pod)
 		h.eventually(tc.name+": PVC released", func() (bool, error) { return h.pvcGone(pod) })
@@ -522,9 +522,9 @@ func crashScenario(h *harness, ns, name string) []kt.Write {
 	run := h.waitArmed(pod)
 	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "") })
 	dp := h.waitDeferPod(run)
-	// Let the bookkeeping (PDB, trigger, StagingOut) happen before the defer
-	// pod ends, as it does for any stage-out longer than a second or two, so
-	// every write of a stage-out is a crash point.
+	// Let the bookkeeping (trigger and StagingOut, one status write) happen
+	// before the defer pod ends, as it does for any stage-out longer than
+	// the bookkeeping delay, so every write of a stage-out is a crash point.
 	h.eventually("StagingOut recorded", func() (bool, error) {
 		err := h.get(run)
 		return run.Status.State == v1.DeferRunStagingOut, err

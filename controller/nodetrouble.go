@@ -32,9 +32,9 @@ func JudgeNode(node *corev1.Node, run *v1.DeferRun, triggeredAt, now time.Time) 
 	if p := run.Spec.Policy.NodeLostTimeout; p != nil {
 		timeout = p.Duration
 	}
-	what := fmt.Sprintf("node %s is not Ready", run.Spec.NodeName)
+	what := fmt.Sprintf("node %s is not Ready", run.Status.NodeName)
 	if node == nil {
-		what = fmt.Sprintf("node %s does not exist", run.Spec.NodeName)
+		what = fmt.Sprintf("node %s does not exist", run.Status.NodeName)
 	}
 	deadline := triggeredAt.Add(timeout)
 	if !now.Before(deadline) {

@@ -19,10 +19,6 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
 
-// annotationSkipReason says why a run is skipped when the controller, not a
-// person, asked for it (a forced deletion).
-const annotationSkipReason = "kdefer.io/skip-reason"
-
 // PodReconciler arms managed pods and records their trigger. Its key is the
 // pod's namespace/name, which is also its DeferRun's.
 type PodReconciler struct {
@@ -198,8 +194,8 @@ func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
 }
 
 // arm creates the pod's DeferRun with the effective policy. A pod already
-// done when first seen (the controller was down) is armed with its trigger
-// in the same write.
+// done when first seen (the controller was down) is armed the same way: the
+// run side records its trigger (the pod is held by kdefer's finalizer).
 func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 	policyName := s.pod.Annotations[v1.AnnotationPolicy]
 	var spec *v1.DeferPolicySpec
@@ -221,10 +217,7 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 		configErr = err.Error()
 	}
 	run := BuildRun(s.pod, policyName, eff, configErr)
-	if s.class.Done {
-		applyTrigger(run, s.class, s.pod, s.job, r.clock.Now())
-	}
-	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", policyName, "trigger", run.Spec.Trigger)
+	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", policyName, "podDone", s.class.Done)
 	if err := r.client.Create(ctx, run); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return errRequeue // the cache had not seen it yet
@@ -270,24 +263,6 @@ func (r *PodReconciler) propagateSkip(ctx context.Context, s *podState) error {
 	}
 	r.exp.expect("DeferRun", run)
 	return nil
-}
-
-// applyTrigger records in run why its pod ended (in memory; the caller
-// writes it).
-func applyTrigger(run *v1.DeferRun, class Classification, pod *corev1.Pod, job *batchv1.Job, now time.Time) {
-	run.Spec.Trigger = class.Trigger
-	run.Spec.ExitCodes = class.ExitCodes
-	if run.Spec.NodeName == "" && pod != nil {
-		run.Spec.NodeName = pod.Spec.NodeName
-	}
-	setAnnotation(run, annotationTriggeredAt, now.UTC().Format(time.RFC3339Nano))
-	if class.Skip {
-		setAnnotation(run, v1.AnnotationSkip, "true")
-		setAnnotation(run, annotationSkipReason, ReasonForceDeleted)
-	}
-	if pod != nil && skipRequested(pod, job) {
-		setAnnotation(run, v1.AnnotationSkip, "true")
-	}
 }
 
 // nodeLost reports whether the pod's node has been NotReady for the run's

@@ -67,7 +67,7 @@ func BuildPrePullPod(run *v1.DeferRun, node, image string, pull corev1.PullPolic
 // pod whose policy asks for it (prePull, default true).
 func (r *PodReconciler) prePull(ctx context.Context, s *podState) error {
 	run := s.run
-	if r.prePullImage == "" || s.class.Done || run.Spec.Trigger != "" || s.pod.Spec.NodeName == "" ||
+	if r.prePullImage == "" || s.class.Done || run.Status.Trigger != "" || s.pod.Spec.NodeName == "" ||
 		run.Spec.Policy.StageOut == nil || (run.Spec.Policy.PrePull != nil && !*run.Spec.Policy.PrePull) {
 		return nil
 	}

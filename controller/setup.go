@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,7 +63,7 @@ func CacheOptions() cache.Options {
 			&corev1.Pod{}:                   {Label: exists(v1.LabelManaged), Transform: stripPod},
 			&corev1.PersistentVolumeClaim{}: {Label: exists(v1.LabelWorkVolume), Transform: stripPVC},
 			&batchv1.Job{}:                  {Label: labels.SelectorFromSet(labels.Set{v1.LabelEnabled: "true"})},
-			&policyv1.PodDisruptionBudget{}: {Label: exists(v1.LabelDeferRun)},
+			&policyv1.PodDisruptionBudget{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelManaged: LabelManagedDefer})},
 			&corev1.Node{}:                  {Transform: stripNode},
 		},
 	}
@@ -246,6 +247,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 			CreateFunc: func(e ctrlevent.CreateEvent) bool { return e.IsInInitialList },
 		})).
 		Watches(&corev1.Pod{}, podEnded(), builder.WithPredicates(managed)).
+		Watches(&policyv1.PodDisruptionBudget{}, pdbDeleted(c)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(runRec)
@@ -297,6 +299,32 @@ func policyToRuns(c client.Client) handler.MapFunc {
 			}
 		}
 		return out
+	}
+}
+
+// pdbDeleted enqueues, when a namespace's defer-pod PodDisruptionBudget is
+// deleted (with the run that owned it), the runs whose defer pods still
+// run there, so they create it again.
+func pdbDeleted(c client.Client) handler.EventHandler {
+	return handler.Funcs{
+		DeleteFunc: func(ctx context.Context, e ctrlevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.Object.GetName() != DeferPDBName {
+				return
+			}
+			var pods corev1.PodList
+			if err := c.List(ctx, &pods, client.InNamespace(e.Object.GetNamespace()),
+				client.MatchingLabels{v1.LabelManaged: LabelManagedDefer}, client.UnsafeDisableDeepCopy); err != nil {
+				return
+			}
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				ref := metav1.GetControllerOf(p)
+				if podTerminal(p) || p.DeletionTimestamp != nil || ref == nil || ref.Kind != "DeferRun" {
+					continue
+				}
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}})
+			}
+		},
 	}
 }
 

@@ -5,9 +5,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// DeferRunSpec identifies the managed pod a DeferRun serves and, once the
-// pod's main containers have ended, why they ended.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.trigger) || (has(self.trigger) && self.trigger == oldSelf.trigger)",message="spec.trigger cannot change once set"
+// DeferRunSpec identifies the managed pod a DeferRun serves and the policy
+// it runs. It is written once, when the run is armed; what is learned when
+// the pod ends (trigger, exit codes, node) is status.
 type DeferRunSpec struct {
 	// podName of the managed pod.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.podName is immutable"
@@ -25,25 +25,11 @@ type DeferRunSpec struct {
 	// +optional
 	CompletionIndex *int32 `json:"completionIndex,omitempty"`
 
-	// nodeName the pod ran on; the defer pod runs there too.
-	// +optional
-	NodeName string `json:"nodeName,omitempty"`
-
 	// volumes retained for the defer run.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	Volumes []RetainedVolume `json:"volumes,omitempty"`
-
-	// trigger says why the pod's main containers ended; set once.
-	// +optional
-	Trigger Trigger `json:"trigger,omitempty"`
-
-	// exitCodes of the pod's main containers, by container name.
-	// +optional
-	// +listType=map
-	// +listMapKey=name
-	ExitCodes []ContainerExit `json:"exitCodes,omitempty"`
 
 	// policy is the effective policy (the named DeferPolicy with the Job's
 	// annotations applied) when the run was armed. Later edits of the
@@ -74,9 +60,27 @@ type ContainerExit struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// DeferRunStatus records what the defer run did. Conditions are
-// authoritative; state is a one-word digest of them for display.
+// DeferRunStatus records why the pod ended and what the defer run did.
+// Conditions are authoritative; state is a one-word digest of them for
+// display. The trigger, exit codes and node are written with the first
+// status after the pod ended (StagingOut, or the final status when the
+// defer pod finished first).
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.trigger) || (has(self.trigger) && self.trigger == oldSelf.trigger)",message="status.trigger cannot change once set"
 type DeferRunStatus struct {
+	// trigger says why the pod's main containers ended; set once.
+	// +optional
+	Trigger Trigger `json:"trigger,omitempty"`
+
+	// exitCodes of the pod's main containers, by container name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ExitCodes []ContainerExit `json:"exitCodes,omitempty"`
+
+	// nodeName the pod ran on; the defer pod runs there too.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+
 	// conditions: Armed, Triggered, StagingOut, Succeeded, Failed, Skipped,
 	// VolumeReleased, and ConfigError when the run waits for a fix.
 	// +optional
@@ -163,8 +167,8 @@ const (
 // +kubebuilder:resource:shortName=dr,categories=kdefer
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.spec.jobName`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podName`
-// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
-// +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.spec.trigger`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.status.trigger`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -194,7 +194,7 @@ func printRuns(w io.Writer, runs []v1.DeferRun, job *batchv1.Job) {
 		if meta.IsStatusConditionTrue(r.Status.Conditions, v1.DeferRunVolumeReleased) {
 			vol = "released"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, r.Spec.NodeName, dash(string(r.Spec.Trigger)), state,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, dash(r.Status.NodeName), dash(string(r.Status.Trigger)), state,
 			r.Status.Objects, r.Status.Bytes, vol, message(r))
 	}
 	_ = tw.Flush()

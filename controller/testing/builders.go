@@ -247,7 +247,8 @@ func ClaimFor(pod *corev1.Pod, volume string) *corev1.PersistentVolumeClaim {
 type RunWrapper struct{ v1.DeferRun }
 
 // MakeRun returns an armed DeferRun for pod name with one work volume and a
-// stage-out policy (defaults applied).
+// stage-out policy (defaults applied), its pod on node n1 (status.nodeName,
+// as recorded with the trigger).
 func MakeRun(name, ns string) *RunWrapper {
 	pol := v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://bucket/{namespace}/{pod}/"}}
 	pol.Default()
@@ -256,20 +257,21 @@ func MakeRun(name, ns string) *RunWrapper {
 			Finalizers: []string{v1.DeferRunFinalizer},
 			Labels:     map[string]string{v1.LabelPodName: name}},
 		Spec: v1.DeferRunSpec{
-			PodName: name, PodUID: types.UID("uid-" + name), NodeName: "n1",
+			PodName: name, PodUID: types.UID("uid-" + name),
 			Volumes: []v1.RetainedVolume{{Name: v1.DefaultWorkVolumeName, ClaimName: name + "-" + v1.DefaultWorkVolumeName}},
 			Policy:  pol,
 		},
+		Status: v1.DeferRunStatus{NodeName: "n1"},
 	}}
 }
 
 // Obj returns the DeferRun.
 func (w *RunWrapper) Obj() *v1.DeferRun { return &w.DeferRun }
 
-// Trigger sets spec.trigger and the main container's exit.
+// Trigger sets status.trigger and the main container's exit.
 func (w *RunWrapper) Trigger(t v1.Trigger, code int32) *RunWrapper {
-	w.Spec.Trigger = t
-	w.Spec.ExitCodes = []v1.ContainerExit{{Name: "main", ExitCode: code}}
+	w.Status.Trigger = t
+	w.Status.ExitCodes = []v1.ContainerExit{{Name: "main", ExitCode: code}}
 	return w
 }
 

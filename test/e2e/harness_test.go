@@ -375,7 +375,7 @@ func (s *scenario) waitRun(pod string, timeout time.Duration, what string, cond 
 	})
 	if err != nil {
 		if last != nil {
-			err = fmt.Errorf("%w (last: trigger %q state %q conditions %s steps %s)", err, last.Spec.Trigger, last.Status.State, runConds(last), steps(last))
+			err = fmt.Errorf("%w (last: trigger %q state %q conditions %s steps %s)", err, last.Status.Trigger, last.Status.State, runConds(last), steps(last))
 		}
 		s.t.Fatal(err)
 	}
@@ -414,9 +414,9 @@ func finished(r *v1.DeferRun) bool {
 func (s *scenario) waitFinished(pod string, trigger v1.Trigger, state string, timeout time.Duration) *v1.DeferRun {
 	s.t.Helper()
 	run := s.waitRun(pod, timeout, "to finish", finished)
-	s.logf("DeferRun %s: trigger %s state %s (%s)", pod, run.Spec.Trigger, run.Status.State, runConds(run))
-	if run.Spec.Trigger != trigger {
-		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, run.Spec.Trigger, trigger)
+	s.logf("DeferRun %s: trigger %s state %s (%s)", pod, run.Status.Trigger, run.Status.State, runConds(run))
+	if run.Status.Trigger != trigger {
+		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, run.Status.Trigger, trigger)
 	}
 	if run.Status.State != state {
 		s.t.Errorf("DeferRun %s: state %q, want %q (conditions %s, steps %s)", pod, run.Status.State, state, runConds(run), steps(run))

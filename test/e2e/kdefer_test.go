@@ -247,7 +247,7 @@ func (s *scenario) waitManifest(job, pod string, timeout time.Duration) {
 	})
 	if err != nil {
 		if r := s.run(pod); r != nil {
-			err = fmt.Errorf("%w (DeferRun: trigger %q state %q %s steps %s)", err, r.Spec.Trigger, r.Status.State, runConds(r), steps(r))
+			err = fmt.Errorf("%w (DeferRun: trigger %q state %q %s steps %s)", err, r.Status.Trigger, r.Status.State, runConds(r), steps(r))
 		}
 		s.t.Fatal(err)
 	}
@@ -265,8 +265,8 @@ func (s *scenario) runTrigger(pod string, want v1.Trigger) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if r.Spec.Trigger != want {
-		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, r.Spec.Trigger, want)
+	if r.Status.Trigger != want {
+		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, r.Status.Trigger, want)
 	}
 }
 

@@ -119,7 +119,7 @@ func testCRDValidation(t *testing.T, env *envtest.Env) {
 			wantDenied(t, env.Client.Create(ctx, p), tc.want)
 		})
 	}
-	// DeferRun identity is immutable; the trigger is set once.
+	// DeferRun identity is immutable; the trigger (in status) is set once.
 	run := &v1.DeferRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: ns},
 		Spec: v1.DeferRunSpec{PodName: "p", PodUID: types.UID("u1"), Policy: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}}}}
 	if err := env.Client.Create(ctx, run); err != nil {
@@ -128,12 +128,12 @@ func testCRDValidation(t *testing.T, env *envtest.Env) {
 	run.Spec.PodName = "other"
 	wantDenied(t, env.Client.Update(ctx, run), "spec.podName is immutable")
 	run.Spec.PodName = "p"
-	run.Spec.Trigger = v1.TriggerOOMKilled
-	if err := env.Client.Update(ctx, run); err != nil {
+	run.Status.Trigger = v1.TriggerOOMKilled
+	if err := env.Client.Status().Update(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	run.Spec.Trigger = v1.TriggerSucceeded
-	wantDenied(t, env.Client.Update(ctx, run), "spec.trigger cannot change once set")
+	run.Status.Trigger = v1.TriggerSucceeded
+	wantDenied(t, env.Client.Status().Update(ctx, run), "status.trigger cannot change once set")
 }
 
 func testWebhooks(t *testing.T, env *envtest.Env) {
