@@ -75,9 +75,11 @@ func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 
 // bookkeepingDelay separates a defer pod's creation from the status write
 // that records it (trigger, StagingOut), so that in a burst the apiserver
-// serves the creations first, and a defer pod done by then needs only its
-// final status.
-const bookkeepingDelay = 2 * time.Second
+// serves the creations first, and a defer pod done by then (a small
+// stage-out) needs only its final status: one write less. The namespace's
+// PodDisruptionBudget is made with the first defer pod, not here, so the
+// delay leaves no defer pod unprotected.
+const bookkeepingDelay = 5 * time.Second
 
 // runState is one pass over a run: the status being built, the events to
 // emit once it is written, and follow-up actions.
@@ -96,6 +98,10 @@ type runState struct {
 	// created: this pass created the defer pod and ends there, writing
 	// nothing else; the bookkeeping pass records trigger and status.
 	created bool
+	// postponed: the defer pod runs, younger than bookkeepingDelay, and the
+	// trigger is not stored yet: nothing is written before the bookkeeping
+	// pass (or the outcome, if the pod is done first).
+	postponed bool
 }
 
 // view is the run as this pass sees it: the stored spec and metadata with
@@ -158,6 +164,9 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	}
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if s.postponed {
+		return s.result, nil
 	}
 	if s.created {
 		// Free the worker and the apiserver for the next pod's defer pod:
@@ -565,6 +574,13 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 		s.status.ManifestURL = o.Summary.ManifestURL
 	}
 	if !o.Done {
+		if due := pod.CreationTimestamp.Add(bookkeepingDelay); s.run.Status.Trigger == "" && s.now.Before(due) {
+			// A kubelet status update before the bookkeeping pass: nothing
+			// worth a write yet.
+			s.postponed = true
+			s.requeueAt(due)
+			return nil
+		}
 		s.cond(v1.DeferRunStagingOut, true, ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
 		return nil
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -46,20 +49,51 @@ func JobSummary(runs []v1.DeferRun) string {
 	return strings.Join(parts, ", ")
 }
 
+// summaryInterval is the least time between two summary writes of one Job,
+// so runs of a Job that finish together cost a write or two, not one each.
+const summaryInterval = 2 * time.Second
+
 // JobReconciler keeps a Job's kdefer.io/summary annotation current (keyed by
-// Job, it coalesces a burst of finishing runs into few writes and catches up
-// after a restart), and deletes the finished runs of a Job that is gone:
-// runs are not owned by their Job (see BuildRun), so this is how deleting a
-// Job cleans them up.
+// Job and written at most once per summaryInterval, it coalesces a burst of
+// finishing runs into few writes and catches up after a restart), and
+// deletes the finished runs of a Job that is gone: runs are not owned by
+// their Job (see BuildRun), so this is how deleting a Job cleans them up.
 type JobReconciler struct {
 	client    client.Client
 	apiReader client.Reader
+	clock     clock.Clock
+
+	mu sync.Mutex
+	// written is when each Job's summary was last written, while it is
+	// less than summaryInterval ago.
+	written map[types.NamespacedName]time.Time
 }
 
 // NewJobReconciler returns the Job reconciler; apiReader confirms a Job the
 // cache does not hold (not labelled kdefer.io/enabled) is really gone.
-func NewJobReconciler(c client.Client, apiReader client.Reader) *JobReconciler {
-	return &JobReconciler{client: c, apiReader: apiReader}
+func NewJobReconciler(c client.Client, apiReader client.Reader, clk clock.Clock) *JobReconciler {
+	return &JobReconciler{client: c, apiReader: apiReader, clock: clk, written: map[types.NamespacedName]time.Time{}}
+}
+
+// summaryDue says how long a Job's next summary write has to wait.
+func (r *JobReconciler) summaryDue(key types.NamespacedName) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.written[key]
+	if !ok {
+		return 0
+	}
+	if wait := summaryInterval - r.clock.Since(last); wait > 0 {
+		return wait
+	}
+	delete(r.written, key)
+	return 0
+}
+
+func (r *JobReconciler) summaryWritten(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.written[key] = r.clock.Now()
 }
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;patch
@@ -81,6 +115,9 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return quiet(ctx, reconcile.Result{}, err)
 	}
 	if job == nil {
+		r.mu.Lock()
+		delete(r.written, req.NamespacedName)
+		r.mu.Unlock()
 		return reconcile.Result{}, nil
 	}
 	res, err := r.reconcile(ctx, job, list.Items)
@@ -145,11 +182,16 @@ func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job, all []v
 	if job.Annotations[v1.AnnotationSummary] == sum {
 		return reconcile.Result{}, nil
 	}
+	key := client.ObjectKeyFromObject(job)
+	if wait := r.summaryDue(key); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1.AnnotationSummary, sum)
 	log.FromContext(ctx).V(1).Info("writing job summary", "summary", sum)
 	if err := r.client.Patch(ctx, job, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	r.summaryWritten(key)
 	Metrics.Writes.WithLabelValues("job-summary").Inc()
 	return reconcile.Result{}, nil
 }

@@ -235,7 +235,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		For(&batchv1.Job{}).
 		Watches(&v1.DeferRun{}, handler.EnqueueRequestsFromMapFunc(runToJob)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
-		Complete(NewJobReconciler(c, mgr.GetAPIReader())); err != nil {
+		Complete(NewJobReconciler(c, mgr.GetAPIReader(), opts.Clock)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).

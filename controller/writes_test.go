@@ -56,7 +56,7 @@ func newFakeWorldWith(t *testing.T, funcs interceptor.Funcs, objs ...client.Obje
 	w.c, w.base = w.writes.Wrap(base, s), base
 	w.pod = NewPodReconciler(w.c, w.clock)
 	w.run = NewRunReconciler(w.c, w.c, nil, w.clock, DeferPodOptions{StageImage: "img"})
-	w.job = NewJobReconciler(w.c, w.c)
+	w.job = NewJobReconciler(w.c, w.c, w.clock)
 	return w
 }
 
@@ -184,6 +184,43 @@ func TestWritesPerRun(t *testing.T) {
 				t.Fatalf("run status %+v", run.Status)
 			}
 		})
+	}
+}
+
+// TestBookkeepingPostponed: a kubelet status update of a young defer pod
+// writes nothing; the trigger and StagingOut are written once the defer pod
+// is bookkeepingDelay old.
+func TestBookkeepingPostponed(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	var w *fakeWorld
+	w = newFakeWorldWith(t, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			obj.SetCreationTimestamp(metav1.NewTime(w.clock.Now())) // as the apiserver does
+			return c.Create(ctx, obj, opts...)
+		},
+	}, job, pod, pvc, n)
+	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
+	w.settle()
+	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
+	w.settle()
+	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-x-defer", Namespace: "ns"}}
+	w.status(dp, func() { dp.Status.Phase = corev1.PodRunning })
+	w.clock.Step(bookkeepingDelay - time.Second)
+	w.settle()
+	statusWrites := func() int {
+		return w.writes.Count(func(wr kt.Write) bool { return wr.Kind == "DeferRun" && wr.Subresource == "status" })
+	}
+	if got := statusWrites(); got != 0 {
+		t.Fatalf("%d status writes before the bookkeeping pass, want 0: %v", got, w.writes.Writes())
+	}
+	w.clock.Step(time.Second)
+	w.settle()
+	run := &v1.DeferRun{}
+	if err := w.c.Get(context.Background(), w.key, run); err != nil {
+		t.Fatal(err)
+	}
+	if statusWrites() != 1 || run.Status.State != v1.DeferRunStagingOut || run.Status.Trigger != v1.TriggerSucceeded || run.Status.DeferPodName != "j-x-defer" {
+		t.Errorf("after the bookkeeping pass: %d status writes, status %+v", statusWrites(), run.Status)
 	}
 }
 
@@ -523,4 +560,54 @@ func envOf(p *corev1.Pod, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestJobSummaryCoalesced: runs of a Job that finish together cost one
+// summary write per summaryInterval, and the last one is never lost.
+func TestJobSummaryCoalesced(t *testing.T) {
+	job, _, _, _ := worldObjects()
+	finished := func(name string) *v1.DeferRun {
+		run := kt.MakeRun(name, "ns").Job("j").Trigger(v1.TriggerSucceeded, 0).Obj()
+		run.Labels[labelJobUID] = string(job.UID)
+		setCondition(&run.Status, 0, v1.DeferRunSucceeded, true, ReasonSucceeded, "")
+		return run
+	}
+	w := newFakeWorld(t, job, finished("j-a"))
+	ctx, req := context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)}
+	summary := func() string {
+		j := &batchv1.Job{}
+		if err := w.c.Get(ctx, req.NamespacedName, j); err != nil {
+			t.Fatal(err)
+		}
+		return j.Annotations[v1.AnnotationSummary]
+	}
+	steps := []struct {
+		name        string
+		before      func()
+		wantSummary string
+		wantRequeue bool
+	}{
+		{name: "first run finished", wantSummary: "1/1 staged out"},
+		{name: "second run within the interval", before: func() {
+			if err := w.base.Create(ctx, finished("j-b")); err != nil {
+				t.Fatal(err)
+			}
+		}, wantSummary: "1/1 staged out", wantRequeue: true},
+		{name: "interval passed", before: func() { w.clock.Step(summaryInterval) }, wantSummary: "2/2 staged out"},
+	}
+	for _, st := range steps {
+		if st.before != nil {
+			st.before()
+		}
+		res, err := w.job.Reconcile(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := summary(); got != st.wantSummary || (res.RequeueAfter > 0) != st.wantRequeue {
+			t.Errorf("%s: summary %q requeue %s, want %q requeue %v", st.name, got, res.RequeueAfter, st.wantSummary, st.wantRequeue)
+		}
+	}
+	if got := w.writes.Total("patch", "Job"); got != 2 {
+		t.Errorf("%d summary writes, want 2", got)
+	}
 }
