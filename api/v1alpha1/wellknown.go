@@ -6,7 +6,8 @@ package v1alpha1
 const (
 	// LabelEnabled opts a Job in ("true"). It is the webhooks' objectSelector.
 	LabelEnabled = "kdefer.io/enabled"
-	// LabelManaged marks pods rendered by kdefer ("true").
+	// LabelManaged marks pods rendered by kdefer ("true") and defer pods
+	// (ManagedDeferPod).
 	LabelManaged = "kdefer.io/managed"
 	// LabelWorkVolume marks kdefer's work PVCs; its value is the volume name
 	// in the pod. The ValidatingAdmissionPolicy that guards retained volumes
@@ -19,6 +20,9 @@ const (
 	// LabelJobName is set on DeferRuns to the name of the Job they serve.
 	LabelJobName = "kdefer.io/job"
 )
+
+// ManagedDeferPod is the LabelManaged value of defer pods.
+const ManagedDeferPod = "defer"
 
 // Annotations on a Job (or its pod template) that configure kdefer without a
 // DeferPolicy. Annotations override the fields of the policy named by

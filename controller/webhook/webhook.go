@@ -1,7 +1,8 @@
 // Package webhook serves kdefer's admission webhooks: a mutating webhook that
 // renders opted-in batch/v1 Jobs (see package render), a validating webhook
 // that re-checks that an admitted Job is rendered (another mutating webhook
-// may have run after kdefer's), and a validating webhook for DeferPolicies.
+// may have run after kdefer's), a validating webhook for DeferPolicies, and
+// one that makes evictions of unfinished defer pods wait (eviction.go).
 // The manager registers them with SetupWithManager.
 package webhook
 
@@ -131,6 +132,7 @@ func Register(srv webhook.Server, h *Handlers) {
 	srv.Register(MutateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutateJob)})
 	srv.Register(ValidateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateJob)})
 	srv.Register(ValidatePolicyPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidatePolicy)})
+	srv.Register(ValidateEvictionPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateEviction)})
 }
 
 // Handlers are the webhooks' admission handlers.

@@ -413,9 +413,15 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 	for _, w := range vwc.Webhooks {
 		hooks = append(hooks, hook{w.Name, w.FailurePolicy, w.SideEffects, w.TimeoutSeconds, w.ObjectSelector, w.ClientConfig.Service})
 	}
-	paths := map[string]bool{kwebhook.MutateJobPath: true, kwebhook.ValidateJobPath: true, kwebhook.ValidatePolicyPath: true}
+	paths := map[string]bool{kwebhook.MutateJobPath: true, kwebhook.ValidateJobPath: true, kwebhook.ValidatePolicyPath: true, kwebhook.ValidateEvictionPath: true}
 	for _, h := range hooks {
-		if *h.fp != admissionregistrationv1.Fail || *h.se != admissionregistrationv1.SideEffectClassNone || *h.timeout > 10 {
+		// Job and policy webhooks fail closed (nothing unrendered gets in);
+		// the eviction guard fails open (kdefer down must not block drains).
+		wantFP := admissionregistrationv1.Fail
+		if h.name == "evictions.pods.kdefer.io" {
+			wantFP = admissionregistrationv1.Ignore
+		}
+		if *h.fp != wantFP || *h.se != admissionregistrationv1.SideEffectClassNone || *h.timeout > 10 {
 			t.Errorf("webhook %s: failurePolicy %s sideEffects %s timeout %d", h.name, *h.fp, *h.se, *h.timeout)
 		}
 		if strings.Contains(h.name, "jobs") && h.selector.MatchLabels[v1.LabelEnabled] != "true" {
