@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -261,6 +263,7 @@ func TestEnvtest(t *testing.T) {
 	t.Run("forced deletion skips", func(t *testing.T) { h.t = t; testForceDelete(h) })
 	t.Run("adoption replaces a deleting pod's owner reference", func(t *testing.T) { h.t = t; testAdoptDeleting(h) })
 	t.Run("run deleted before it finished stops and releases", func(t *testing.T) { h.t = t; testRunDeleted(h) })
+	t.Run("one disruption budget per namespace", func(t *testing.T) { h.t = t; testPDB(h) })
 	h.stop()
 	t.Run("manager down for the pod's whole life", func(t *testing.T) { h.t = t; testDowntime(h) })
 	t.Run("crash points", func(t *testing.T) { h.t = t; testCrashPoints(h) })
@@ -546,6 +549,35 @@ func crashScenario(h *harness, ns, name string) []kt.Write {
 		}
 	}
 	return out
+}
+
+// The first defer pod of a namespace brings its PodDisruptionBudget, which
+// every later defer pod shares; deleted (with the run that owned it) while
+// defer pods run, it is created again.
+func testPDB(h *harness) {
+	ns := h.namespace("pdb")
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: controller.DeferPDBName, Namespace: ns}}
+	var runs []*v1.DeferRun
+	for _, name := range []string{"first", "second"} {
+		_, pod := h.managedJobPod(ns, name)
+		run := h.waitArmed(pod)
+		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "") })
+		h.waitDeferPod(run)
+		runs = append(runs, run)
+	}
+	h.eventually("the namespace's PDB", func() (bool, error) { err := h.get(pdb); return err == nil, err })
+	if ma := pdb.Spec.MinAvailable; ma == nil || ma.IntValue() != math.MaxInt32 || len(pdb.OwnerReferences) != 1 || pdb.OwnerReferences[0].Name != runs[0].Name {
+		h.t.Errorf("PDB minAvailable %v owners %+v: want MaxInt32, owned by the first run", ma, pdb.OwnerReferences)
+	}
+	if n := h.writes.Count(func(w kt.Write) bool { return w.Kind == "PodDisruptionBudget" && w.Namespace == ns }); n != 1 {
+		h.t.Errorf("%d PDB writes for two defer pods, want 1", n)
+	}
+	uid := pdb.UID
+	must(h.t, h.c.Delete(context.Background(), pdb))
+	h.eventually("the PDB created again", func() (bool, error) {
+		err := h.get(pdb)
+		return err == nil && pdb.UID != uid, client.IgnoreNotFound(err)
+	})
 }
 
 // A DeferRun deleted before it finished (by a person, or with its
