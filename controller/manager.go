@@ -39,6 +39,27 @@ type ManagerOptions struct {
 // LeaderElectionID is the Lease kdefer's replicas elect a leader with.
 const LeaderElectionID = "kdefer-controller.kdefer.io"
 
+// The manager's client-side limits towards the apiserver by default
+// (kdefer-controller --kube-api-qps, --kube-api-burst; the benchmark uses
+// them too). A burst of pod ends is a burst of defer pod creations, one
+// write each: the bucket lets 1,000 of them go at once, then 500 a second;
+// at 50 a second the 1,000th defer pod would wait ~18 s. The apiserver's
+// API Priority and Fairness protects it beyond that.
+const (
+	DefaultKubeAPIQPS   = 500
+	DefaultKubeAPIBurst = 1000
+)
+
+// ClientLimits sets the client-side limits of cfg: qps 0 or below means
+// none (API Priority and Fairness on the server still applies).
+func ClientLimits(cfg *rest.Config, qps float64, burst int) {
+	if qps <= 0 {
+		cfg.QPS, cfg.Burst = -1, 0
+		return
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+}
+
 // Scheme has client-go's types and kdefer's.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()

@@ -41,8 +41,8 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&mo.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables them)")
 	fs.BoolVar(&mo.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease "+controller.LeaderElectionID+")")
 	fs.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
-	fs.Float64Var(&qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver (0: none, controller-runtime's default)")
-	fs.IntVar(&burst, "kube-api-burst", 100, "client-side burst towards the apiserver")
+	fs.Float64Var(&qps, "kube-api-qps", controller.DefaultKubeAPIQPS, "client-side QPS limit towards the apiserver (0: none; API Priority and Fairness still applies)")
+	fs.IntVar(&burst, "kube-api-burst", controller.DefaultKubeAPIBurst, "client-side burst towards the apiserver")
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string) int {
 		log.Error(err, "loading kubeconfig")
 		return 1
 	}
-	cfg.QPS, cfg.Burst = float32(qps), burst
+	controller.ClientLimits(cfg, qps, burst)
 	cfg.UserAgent = "kdefer-controller/" + v1.Version
 
 	mgr, err := controller.NewManager(ctx, cfg, mo)

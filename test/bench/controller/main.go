@@ -1,7 +1,9 @@
 // Command controller benchmarks kdefer's controller on a real kube-apiserver
 // (envtest binaries; `make bench-controller`): 10,000 managed pods watched,
 // 1,000 of them terminating at once, then a steady 20 terminations a second.
-// The kubelet is simulated by status writes. It prints one line:
+// The kubelet is simulated by status writes; the manager runs with
+// kdefer-controller's defaults (workers, client-side QPS and burst). It
+// prints one line:
 //
 //	RESULT bench=controller p50_ms=.. p99_ms=.. steady_p99_ms=.. heap_mib_per_10k=.. unmanaged_heap_mib=.. writes_per_run=..
 //
@@ -57,10 +59,13 @@ var (
 	steadyRate = flag.Int("steady-rate", 20, "terminations per second in the steady phase")
 	steadyFor  = flag.Duration("steady-for", 10*time.Second, "length of the steady phase")
 	workers    = flag.Int("workers", 0, "manager workers per controller (0: the manager's default)")
+	qps        = flag.Float64("kube-api-qps", controller.DefaultKubeAPIQPS, "the manager's client-side QPS limit (0: none)")
+	burstLimit = flag.Int("kube-api-burst", controller.DefaultKubeAPIBurst, "the manager's client-side burst")
 	podsPerJob = flag.Int("pods-per-job", 100, "managed pods per Job")
 	verbose    = flag.Bool("v", false, "manager logs on stderr")
 	queues     = flag.Bool("queues", false, "log the controllers' workqueue depths every second")
 	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed")
+	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst here")
 )
 
 const ns = "bench"
@@ -130,7 +135,10 @@ func run() error {
 		}
 		return w.Kind == "Job"
 	}}
+	// The manager's own client-side limits, as kdefer-controller sets them
+	// by default.
 	mcfg := *cfg
+	controller.ClientLimits(&mcfg, *qps, *burstLimit)
 	mgr, err := controller.NewManager(ctx, &mcfg, controller.ManagerOptions{
 		MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: webhook.Options{Disabled: true},
 		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:bench"}, Workers: *workers},
@@ -260,14 +268,29 @@ func run() error {
 	for i := range burst {
 		burst[i] = i
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	cpu0, wall0 := cpuTimes(), time.Now()
 	if err := terminate(ctx, c, seen, burst, 64); err != nil {
 		return err
 	}
 	if err := waitFor(ctx, 5*time.Minute, func() bool { return seen.count(burst) == len(burst) }); err != nil {
 		return fmt.Errorf("burst: %d of %d defer pods: %w", seen.count(burst), len(burst), err)
 	}
+	cpu1, wall := cpuTimes(), time.Since(wall0)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	bl := seen.latencies(burst)
 	logf("burst: p50 %s p99 %s max %s", pct(bl, 50), pct(bl, 99), pct(bl, 100))
+	logf("burst: %s wall, CPU seconds %s", wall.Round(time.Millisecond), cpuDelta(cpu0, cpu1))
 	// Let the burst's bookkeeping (trigger and StagingOut status) finish
 	// before the steady phase, which measures an idle controller.
 	if err := waitFor(ctx, 5*time.Minute, func() bool {
@@ -387,6 +410,7 @@ func writesPerRun(all []kt.Write, idx []int) float64 {
 		jobs[fmt.Sprintf("job-%04d", i / *podsPerJob)]++
 	}
 	own, jobWrites := 0, 0
+	kinds := map[string]int{}
 	for _, w := range all {
 		base := strings.TrimSuffix(strings.TrimSuffix(w.Name, "-defer"), "-"+v1.DefaultWorkVolumeName)
 		if names[base] {
@@ -395,7 +419,20 @@ func writesPerRun(all []kt.Write, idx []int) float64 {
 		if w.Kind == "Job" && jobs[w.Name] > 0 {
 			jobWrites++
 		}
+		if names[base] || (w.Kind == "Job" && jobs[w.Name] > 0) {
+			k := w.Verb + " " + w.Kind
+			if w.Subresource != "" {
+				k += "/" + w.Subresource
+			}
+			kinds[k]++
+		}
 	}
+	var parts []string
+	for k, n := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(n)/float64(len(idx))))
+	}
+	sort.Strings(parts)
+	logf("writes per run: %s", strings.Join(parts, ", "))
 	// Job writes are shared with the burst's runs of the same Jobs; charge
 	// them all to these runs (an upper bound).
 	return float64(own+jobWrites) / float64(len(idx))
@@ -478,6 +515,55 @@ func pct(d []time.Duration, p int) time.Duration {
 		i = len(d)
 	}
 	return d[i-1]
+}
+
+// cpuTimes reads the CPU time (user+system) of this process and of its
+// children (the apiserver and etcd) from /proc, by command name.
+func cpuTimes() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	self := os.Getpid()
+	read := func(pid string) (comm string, ppid int, cpu time.Duration, ok bool) {
+		b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+		if err != nil {
+			return "", 0, 0, false
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			return "", 0, 0, false
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 13 {
+			return "", 0, 0, false
+		}
+		var utime, stime int64
+		fmt.Sscan(f[1], &ppid)
+		fmt.Sscan(f[11], &utime)
+		fmt.Sscan(f[12], &stime)
+		return s[open+1 : end], ppid, time.Duration(utime+stime) * 10 * time.Millisecond, true // USER_HZ 100
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		comm, ppid, cpu, ok := read(e.Name())
+		if !ok {
+			continue
+		}
+		if e.Name() == fmt.Sprint(self) {
+			out["bench+manager"] += cpu
+		} else if ppid == self {
+			out[comm] += cpu
+		}
+	}
+	return out
+}
+
+func cpuDelta(a, b map[string]time.Duration) string {
+	var parts []string
+	for k, v := range b {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, (v-a[k]).Seconds()))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
 
 func heapMiB() float64 {
