@@ -22,14 +22,14 @@ const ValidateEvictionPath = "/validate-v1-pod-eviction"
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get
 
 // ValidateEviction refuses, with 429 Too Many Requests, the eviction of a
-// defer pod that has not finished. The defer pods' PodDisruptionBudget
-// covers Running pods only: the Eviction API ignores budgets of Pending
+// Pending defer pod. The defer pods' PodDisruptionBudget covers Running
+// pods only: the Eviction API ignores budgets of Pending
 // pods, and a defer pod is Pending while its stage-out runs as an init
 // container (whenever the policy has defer containers) or while its image
 // is pulled. 429 is the answer `kubectl drain` retries on (every 5 s, until
 // its --timeout), exactly as for a budget; any other answer would make drain
-// give up. Anything else, or a defer pod that is finished or already being
-// deleted, is allowed. The webhook is registered with failurePolicy Ignore:
+// give up. Anything else (a Running defer pod is its budget's to refuse, a
+// finished one or one already being deleted may go) is allowed. The webhook is registered with failurePolicy Ignore:
 // while kdefer is down evictions proceed and the run recreates its pod.
 func (h *Handlers) ValidateEviction(ctx context.Context, req admission.Request) admission.Response {
 	if req.SubResource != "eviction" || req.Operation != admissionv1.Create {
@@ -63,10 +63,12 @@ func refuseEviction(pod *corev1.Pod) string {
 	if pod.Labels[v1.LabelManaged] != v1.ManagedDeferPod || pod.DeletionTimestamp != nil {
 		return ""
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	// Running pods are the PodDisruptionBudget's (its refusal says so, and
+	// it works without kdefer); finished ones may go.
+	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return ""
 	}
 	run := pod.Labels[v1.LabelDeferRun]
-	return fmt.Sprintf("defer pod %s/%s is staging out the outputs of a finished pod (DeferRun %s): kdefer refuses its eviction until it ends, as its PodDisruptionBudget does for running pods; to give the outputs up: kdefer release -n %s deferrun/%s",
+	return fmt.Sprintf("defer pod %s/%s is running the defer steps of a finished pod (DeferRun %s); it is Pending while its init steps run, where PodDisruptionBudgets do not apply, so kdefer refuses its eviction until it ends; to give the outputs up: kdefer release -n %s deferrun/%s",
 		pod.Namespace, pod.Name, run, pod.Namespace, run)
 }

@@ -24,13 +24,14 @@ func TestRefuseEviction(t *testing.T) {
 		pod    *corev1.Pod
 		refuse bool
 	}{
-		"defer pod pulling or staging out (Pending)": {pod: pod(v1.ManagedDeferPod, corev1.PodPending, false), refuse: true},
-		"defer pod running its last step":             {pod: pod(v1.ManagedDeferPod, corev1.PodRunning, false), refuse: true},
-		"defer pod succeeded":                         {pod: pod(v1.ManagedDeferPod, corev1.PodSucceeded, false)},
-		"defer pod failed":                            {pod: pod(v1.ManagedDeferPod, corev1.PodFailed, false)},
-		"defer pod already being deleted":             {pod: pod(v1.ManagedDeferPod, corev1.PodRunning, true)},
-		"a managed Job pod":                           {pod: pod("true", corev1.PodRunning, false)},
-		"an unmanaged pod named like a defer pod":     {pod: pod("", corev1.PodPending, false)},
+		"defer pod pulling or staging out (Pending)":    {pod: pod(v1.ManagedDeferPod, corev1.PodPending, false), refuse: true},
+		"defer pod running its last step: its budget's": {pod: pod(v1.ManagedDeferPod, corev1.PodRunning, false)},
+		"defer pod just created (no phase yet)":         {pod: pod(v1.ManagedDeferPod, "", false), refuse: true},
+		"defer pod succeeded":                           {pod: pod(v1.ManagedDeferPod, corev1.PodSucceeded, false)},
+		"defer pod failed":                              {pod: pod(v1.ManagedDeferPod, corev1.PodFailed, false)},
+		"defer pod already being deleted":               {pod: pod(v1.ManagedDeferPod, corev1.PodRunning, true)},
+		"a managed Job pod":                             {pod: pod("true", corev1.PodRunning, false)},
+		"an unmanaged pod named like a defer pod":       {pod: pod("", corev1.PodPending, false)},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
