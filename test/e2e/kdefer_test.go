@@ -256,17 +256,29 @@ func (s *scenario) waitManifest(job, pod string, timeout time.Duration) {
 // runTrigger checks the trigger of a DeferRun that may already be gone.
 func (s *scenario) runTrigger(pod string, want v1.Trigger) {
 	s.t.Helper()
-	r := &v1.DeferRun{}
-	err := s.env.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: pod}, r)
-	if apierrors.IsNotFound(err) {
-		s.logf("DeferRun %s already gone with its Job", pod)
-		return
-	}
+	// The trigger is recorded with the run's first status write after its
+	// defer pod (bookkeeping a few seconds later, or the outcome), which can
+	// come after the manifest: wait for it, unless the run goes first.
+	var got v1.Trigger
+	err := clusterenv.WaitFor(s.ctx, 30*time.Second, "DeferRun "+pod+" to record its trigger", func(ctx context.Context) (bool, error) {
+		r := &v1.DeferRun{}
+		err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: pod}, r)
+		if apierrors.IsNotFound(err) {
+			s.logf("DeferRun %s already gone with its Job", pod)
+			got = want
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		got = r.Status.Trigger
+		return got != "", nil
+	})
 	if err != nil {
-		s.t.Fatal(err)
+		s.t.Error(err)
 	}
-	if r.Status.Trigger != want {
-		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, r.Status.Trigger, want)
+	if got != want {
+		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, got, want)
 	}
 }
 
