@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -35,11 +36,50 @@ type RunReconciler struct {
 	clock     clock.Clock
 	opts      DeferPodOptions
 	exp       *expectations
+
+	secretMu sync.Mutex
+	// secretSeen is when each credentials Secret was last seen to exist,
+	// for secretTTL: Secrets are not cached, so without it every run of a
+	// burst would read its Secret from the apiserver before its defer pod.
+	secretSeen map[types.NamespacedName]time.Time
 }
+
+// secretTTL is how long a Secret seen to exist is not read again.
+const secretTTL = 10 * time.Second
 
 // NewRunReconciler returns the DeferRun reconciler.
 func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.EventRecorder, clk clock.Clock, opts DeferPodOptions) *RunReconciler {
-	return &RunReconciler{client: c, apiReader: apiReader, recorder: rec, clock: clk, opts: opts}
+	return &RunReconciler{client: c, apiReader: apiReader, recorder: rec, clock: clk, opts: opts, secretSeen: map[types.NamespacedName]time.Time{}}
+}
+
+// secretExists reads whether a Secret exists, from secretSeen while it is
+// fresh. A missing Secret is read again every time.
+func (r *RunReconciler) secretExists(ctx context.Context, key types.NamespacedName, now time.Time) (bool, error) {
+	r.secretMu.Lock()
+	seen, ok := r.secretSeen[key]
+	r.secretMu.Unlock()
+	if ok && now.Sub(seen) < secretTTL {
+		return true, nil
+	}
+	sec := &metav1.PartialObjectMetadata{}
+	sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := r.apiReader.Get(ctx, key, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	r.secretMu.Lock()
+	defer r.secretMu.Unlock()
+	if len(r.secretSeen) > 1024 {
+		for k, t := range r.secretSeen {
+			if now.Sub(t) >= secretTTL {
+				delete(r.secretSeen, k)
+			}
+		}
+	}
+	r.secretSeen[key] = now
+	return true, nil
 }
 
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get;list;watch;create;update;patch;delete
@@ -354,14 +394,12 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 	}
 	if problem == "" && run.Spec.Policy.Credentials != nil && run.Spec.Policy.StageOut != nil && s.status.DeferPodName == "" {
 		name := run.Spec.Policy.Credentials.Name
-		sec := &metav1.PartialObjectMetadata{}
-		sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, sec)
+		found, err := r.secretExists(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, s.now)
 		switch {
-		case apierrors.IsNotFound(err):
-			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), ReasonSecretNotFound
 		case err != nil:
 			return true, err
+		case !found:
+			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), ReasonSecretNotFound
 		}
 	}
 	if problem == "" {

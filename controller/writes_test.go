@@ -414,6 +414,54 @@ func TestMissingSecret(t *testing.T) {
 	}
 }
 
+// TestSecretReadOncePerBurst: runs that end together and share a
+// credentials Secret read it from the apiserver once (Secrets are not
+// cached), and again once secretTTL has passed.
+func TestSecretReadOncePerBurst(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	pod2 := kt.MakePod("j-y", "ns").OnNode("n1").OwnedByJob("j", job.UID).Obj()
+	pod3 := kt.MakePod("j-z", "ns").OnNode("n1").OwnedByJob("j", job.UID).Obj()
+	var pods []*corev1.Pod
+	objs := []client.Object{job, n, pvc, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-creds", Namespace: "ns"}}}
+	for _, p := range []*corev1.Pod{pod, pod2, pod3} {
+		p.Annotations[v1.AnnotationCredentials] = "s3-creds"
+		pods = append(pods, p)
+		objs = append(objs, p)
+		if p != pod {
+			objs = append(objs, kt.ClaimFor(p, v1.DefaultWorkVolumeName))
+		}
+	}
+	reads := 0
+	w := newFakeWorldWith(t, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Kind == "Secret" {
+				reads++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}, objs...)
+	w.jobKey = client.ObjectKeyFromObject(job)
+	end := func(p *corev1.Pod) {
+		w.key = client.ObjectKeyFromObject(p)
+		w.settle()
+		w.status(p, func() { p.Status = kt.MakePod(p.Name, "ns").Succeeded().Obj().Status })
+		w.settle()
+		if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: p.Name + "-defer"}, &corev1.Pod{}); err != nil {
+			t.Fatalf("%s: no defer pod: %v", p.Name, err)
+		}
+	}
+	end(pods[0])
+	end(pods[1])
+	if reads != 1 {
+		t.Errorf("%d Secret reads for two runs within %s, want 1", reads, secretTTL)
+	}
+	w.clock.Step(secretTTL)
+	end(pods[2])
+	if reads != 2 {
+		t.Errorf("%d Secret reads after %s, want 2", reads, secretTTL)
+	}
+}
+
 // Pre-pull: one pod per namespace, node and image while armed pods run.
 func TestPrePull(t *testing.T) {
 	job, pod, pvc, n := worldObjects()
