@@ -65,10 +65,14 @@ var (
 	verbose    = flag.Bool("v", false, "manager logs on stderr")
 	queues     = flag.Bool("queues", false, "log the controllers' workqueue depths every second")
 	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed")
+	creds      = flag.Bool("credentials", false, "managed pods name a credentials Secret (the run checks it exists before its defer pod)")
 	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst here")
 )
 
-const ns = "bench"
+const (
+	ns          = "bench"
+	benchSecret = "bench-credentials"
+)
 
 func main() {
 	flag.Parse()
@@ -208,6 +212,11 @@ func run() error {
 	unmanaged := h1 - h0
 	logf("heap %.1f MiB -> %.1f MiB with unmanaged pods", h0, h1)
 
+	if *creds {
+		if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: benchSecret, Namespace: ns}}); err != nil {
+			return err
+		}
+	}
 	logf("creating %d managed pods with their Jobs and work PVCs", *nPods)
 	jobs := (*nPods + *podsPerJob - 1) / *podsPerJob
 	jobUIDs := make([]types.UID, jobs)
@@ -231,6 +240,9 @@ func run() error {
 		j := i / *podsPerJob
 		p := kt.MakePod(podName(i), ns).OnNode("n1").OwnedByJob(fmt.Sprintf("job-%04d", j), jobUIDs[j]).Obj()
 		p.UID, p.Status = "", corev1.PodStatus{}
+		if *creds {
+			p.Annotations[v1.AnnotationCredentials] = benchSecret
+		}
 		if err := c.Create(ctx, p); err != nil {
 			return err
 		}
