@@ -27,6 +27,8 @@ IMAGES_DIR=${KDEFER_IMAGES_DIR:-$REPO/bin/images}
 
 NODE=${KDEFER_NODE_NAME:-kdefer-node}
 BRIDGE=kdefer0
+# Locally administered, fixed (see setup_network).
+BRIDGE_MAC=02:6b:64:65:66:01
 POD_SUBNET=10.88.0.0/24
 NODE_IP=10.88.0.1
 SERVICE_CIDR=10.0.0.0/24
@@ -329,6 +331,12 @@ setup_network() {
 	if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 		ip link add "$BRIDGE" type bridge
 	fi
+	# A fixed MAC: a bridge without one takes the lowest MAC of its ports and
+	# changes it whenever a pod's veth comes or goes, and pods that cached the
+	# gateway's old MAC lose it for up to a minute (seen: a defer pod reached
+	# MinIO, then the deleted pod's veth left the bridge and its next
+	# connection to the node hung 30-75 s until ARP re-resolved).
+	ip link set "$BRIDGE" address "$BRIDGE_MAC"
 	ip addr replace "$NODE_IP/24" dev "$BRIDGE"
 	ip link set "$BRIDGE" up
 	# The bridge plugin turns on IPv4 forwarding; remember the host's setting for down.
