@@ -5,6 +5,7 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -20,23 +21,34 @@ import (
 // fails with nothing uploaded.
 func TestStageOutAsPodUser(t *testing.T) {
 	t.Parallel()
+	s := newScenario(t, "user")
 	w := small
 	w.mode = "exit 0"
-	endsAlone(t, "user", w, v1.TriggerSucceeded, func(s *scenario, spec *corev1.PodSpec) {
-		spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
-		c := &spec.Containers[0]
-		c.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000)}
-		script := c.Command[2]
-		// The outputs must really be private, or the test proves nothing.
-		check := `[ "$(stat -c %a /kdefer/out/f0.dat)" = 600 ] && [ "$(stat -c %a /kdefer/out)" = 700 ] ||
-  { echo "outputs not private: $(ls -ld /kdefer/out /kdefer/out/f0.dat)"; exit 99; }
+	job := s.job("sim", w)
+	spec := &job.Spec.Template.Spec
+	spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
+	c := &spec.Containers[0]
+	c.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000)}
+	script := c.Command[2]
+	// The outputs must really be private, or the test proves nothing.
+	// (The directory inherits the setgid bit fsGroup sets on the volume: 2700.)
+	check := `case "$(stat -c %a /kdefer/out/f0.dat) $(stat -c %a /kdefer/out)" in
+600\ 700|600\ 2700) ;;
+*) echo "outputs not private: $(ls -ld /kdefer/out /kdefer/out/f0.dat)"; exit 99 ;;
+esac
 `
-		marker := "cd /kdefer/out && sha256sum"
-		if !strings.Contains(script, marker) {
-			t.Fatalf("workload script changed: no %q to check the modes after", marker)
-		}
-		i := strings.Index(script, marker)
-		j := i + strings.Index(script[i:], "\n") + 1
-		c.Command[2] = "umask 077\n" + script[:j] + check + script[j:]
-	})
+	marker := "cd /kdefer/out && sha256sum"
+	i := strings.Index(script, marker)
+	if i < 0 {
+		t.Fatalf("workload script changed: no %q to check the modes after", marker)
+	}
+	j := i + strings.Index(script[i:], "\n") + 1
+	c.Command[2] = "umask 077\n" + script[:j] + check + script[j:]
+	s.create(job)
+	pod := s.waitReady(2 * time.Minute)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.cleanUp("sim")
 }
