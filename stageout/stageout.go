@@ -86,6 +86,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, storage.Usagef("%v", err)
 	}
 	root, err := os.OpenRoot(o.From)
+	if errors.Is(err, fs.ErrPermission) {
+		return Result{}, unreadable("open source directory "+strconv.Quote(o.From), err)
+	}
 	if err != nil {
 		return Result{}, storage.Permanentf("point --from at the directory to upload", "open source directory: %w", err)
 	}
@@ -205,7 +208,7 @@ func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger) ([]f
 	var files []file
 	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return storage.WithOp("walk "+strconv.Quote(p), err)
+			return unreadable("walk "+strconv.Quote(p), err)
 		}
 		if p == "." {
 			return nil
@@ -215,10 +218,13 @@ func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger) ([]f
 		}
 		info, err := d.Info()
 		if err != nil {
-			return storage.WithOp("stat "+strconv.Quote(p), err)
+			return unreadable("stat "+strconv.Quote(p), err)
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
 			target, err := root.Stat(p)
+			if errors.Is(err, fs.ErrPermission) {
+				return unreadable("stat "+strconv.Quote(p), err) // not missing: unreadable
+			}
 			if err != nil {
 				log.Warn().Str("path", p).Str("reason", "symlink target is outside the directory or missing").Msg("skip symlink")
 				return nil
@@ -247,6 +253,14 @@ func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger) ([]f
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
 	return files, nil
+}
+
+// unreadable annotates err, met doing op on a local file, with op; a
+// permission error also names the user stage-out runs as and the fix (the
+// defer pod runs it as the Job's containers' user only when their
+// securityContext says who that is).
+func unreadable(op string, err error) error {
+	return storage.Unreadable(op, os.Geteuid(), os.Getegid(), err)
 }
 
 type engine struct {
@@ -282,7 +296,7 @@ func (e *engine) beforeWrite(ctx context.Context) error {
 func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, sameSize bool) error {
 	fh, err := e.root.Open(f.rel)
 	if err != nil {
-		return storage.WithOp("open "+strconv.Quote(f.rel), err)
+		return unreadable("open "+strconv.Quote(f.rel), err)
 	}
 	defer fh.Close()
 	if sameSize {
@@ -360,7 +374,7 @@ func (e *engine) alreadyStored(ctx context.Context, fh *os.File, f *file) (bool,
 	}
 	n, err := storage.CopyBuffer(w, io.NewSectionReader(fh, 0, f.size))
 	if err != nil {
-		return false, storage.WithOp("read "+strconv.Quote(f.rel), err)
+		return false, unreadable("read "+strconv.Quote(f.rel), err)
 	}
 	if n != f.size {
 		return false, nil

@@ -72,6 +72,20 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// UnreadableFix is the fix of an output file stage-out may not read.
+const UnreadableFix = "set securityContext.runAsUser on the Job's containers — kdefer's stage-out then runs as the same user — or write outputs readable by others"
+
+// Unreadable returns err, a permission error met doing op on a file, as a
+// permanent error that names the user and groups the step runs as and the
+// fix; other errors are returned as WithOp returns them.
+func Unreadable(op string, uid, gid int, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return WithOp(op, err)
+	}
+	return &Error{Class: Permanent, Op: op, Fix: UnreadableFix,
+		Err: fmt.Errorf("%w (stage-out runs as uid %d, gid %d)", err, uid, gid)}
+}
+
 // Permanentf builds a permanent error with a fix.
 func Permanentf(fix, format string, args ...any) error {
 	return &Error{Class: Permanent, Fix: fix, Err: fmt.Errorf(format, args...)}
