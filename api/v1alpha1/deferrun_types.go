@@ -39,6 +39,36 @@ type DeferRunSpec struct {
 	// policyName is the DeferPolicy the run was armed from, if any.
 	// +optional
 	PolicyName string `json:"policyName,omitempty"`
+
+	// stageUser is who the built-in stage-out step runs as, taken from the
+	// pod's securityContext when the run was armed, so that it can read
+	// what the pod's containers wrote. Unset: the defer pod's user, 65532.
+	// +optional
+	StageUser *StageUser `json:"stageUser,omitempty"`
+}
+
+// StageUser is the user and groups of the built-in stage-out step.
+type StageUser struct {
+	// runAsUser of the stage-out step: the UID every regular container of
+	// the pod ran as, when it is known, the same for all and not root.
+	// Unset: 65532.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
+
+	// runAsGroup of the stage-out step: the GID every regular container of
+	// the pod ran as, when runAsUser is set and the GID is known, the same
+	// for all and not 0. Unset: 65532.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
+
+	// supplementalGroups of the defer pod: the pod's fsGroup and
+	// supplementalGroups and its regular containers' GIDs (0 left out), so
+	// that files readable by one of those groups can be read.
+	// +optional
+	// +listType=atomic
+	SupplementalGroups []int64 `json:"supplementalGroups,omitempty"`
 }
 
 // RetainedVolume is a pod volume kept alive for the defer run.
