@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,6 +65,7 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 			Volumes:    WorkClaims(pod),
 			Policy:     policy,
 			PolicyName: policyName,
+			StageUser:  StageUserOf(pod),
 		},
 	}
 	if configErr != "" {
@@ -85,6 +87,74 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 		}
 	}
 	return run
+}
+
+// StageUserOf returns who the built-in stage-out step of pod's run runs as,
+// so that it can read what the pod's containers wrote (Python's
+// tempfile.mkstemp and `umask 077` leave files only their owner can read):
+//
+//   - runAsUser: the effective UID (the container's runAsUser, else the
+//     pod's) of the regular containers, when every one has one, the same,
+//     and it is not root. Otherwise the defer pod's user, 65532: kdefer never
+//     runs a step as root, and cannot know a user only the image names.
+//     Init containers and native sidecars do not count: the outputs are the
+//     main containers'.
+//   - runAsGroup: likewise their effective GID, when runAsUser is set.
+//   - supplementalGroups: the pod's fsGroup and supplementalGroups and the
+//     regular containers' GIDs, without 0, so group-readable files can be
+//     read whoever the step runs as.
+//
+// nil when there is nothing to change.
+func StageUserOf(pod *corev1.Pod) *v1.StageUser {
+	var psc corev1.PodSecurityContext
+	if pod.Spec.SecurityContext != nil {
+		psc = *pod.Spec.SecurityContext
+	}
+	var uid, gid *int64
+	sameUID, sameGID := len(pod.Spec.Containers) > 0, len(pod.Spec.Containers) > 0
+	groups := map[int64]bool{}
+	for i, c := range pod.Spec.Containers {
+		u, g := psc.RunAsUser, psc.RunAsGroup
+		if sc := c.SecurityContext; sc != nil {
+			if sc.RunAsUser != nil {
+				u = sc.RunAsUser
+			}
+			if sc.RunAsGroup != nil {
+				g = sc.RunAsGroup
+			}
+		}
+		if g != nil {
+			groups[*g] = true
+		}
+		if i == 0 {
+			uid, gid = u, g
+			continue
+		}
+		sameUID = sameUID && u != nil && uid != nil && *u == *uid
+		sameGID = sameGID && g != nil && gid != nil && *g == *gid
+	}
+	if psc.FSGroup != nil {
+		groups[*psc.FSGroup] = true
+	}
+	for _, g := range psc.SupplementalGroups {
+		groups[g] = true
+	}
+	delete(groups, 0)
+	su := &v1.StageUser{}
+	if sameUID && uid != nil && *uid > 0 {
+		su.RunAsUser = ptr.To(*uid)
+		if sameGID && gid != nil && *gid > 0 {
+			su.RunAsGroup = ptr.To(*gid)
+		}
+	}
+	for g := range groups {
+		su.SupplementalGroups = append(su.SupplementalGroups, g)
+	}
+	slices.Sort(su.SupplementalGroups)
+	if su.RunAsUser == nil && len(su.SupplementalGroups) == 0 {
+		return nil
+	}
+	return su
 }
 
 func configAnnotations(in map[string]string) map[string]string {

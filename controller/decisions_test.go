@@ -239,7 +239,8 @@ func TestJobSummary(t *testing.T) {
 }
 
 func TestBuildRun(t *testing.T) {
-	pod := kt.MakePod("p", "ns").OnNode("n1").OwnedByJob("j", "job-uid").Annotation(v1.AnnotationPolicy, "pol").Annotation("other", "x").Obj()
+	pod := kt.MakePod("p", "ns").OnNode("n1").OwnedByJob("j", "job-uid").Annotation(v1.AnnotationPolicy, "pol").Annotation("other", "x").
+		RunAsUser(1000).ContainerRunAsGroup("main", 1000).FSGroup(2000).SupplementalGroups(3000).Obj()
 	pod.Labels["app"] = "x"
 	pod.Annotations[batchv1.JobCompletionIndexAnnotation] = "7"
 	run := BuildRun(pod, "pol", v1.DeferPolicySpec{}, "")
@@ -263,6 +264,9 @@ func TestBuildRun(t *testing.T) {
 	withErr := BuildRun(pod, "pol", v1.DeferPolicySpec{}, "policy missing")
 	if diff := cmp.Diff(map[string]string{v1.AnnotationPolicy: "pol", v1.AnnotationStageOut: "s3://bucket/{namespace}/{pod}/", annotationConfigError: "policy missing"}, withErr.Annotations); diff != "" {
 		t.Errorf("annotations with a config error: kdefer's configuration is copied (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&v1.StageUser{RunAsUser: ptr.To(int64(1000)), RunAsGroup: ptr.To(int64(1000)), SupplementalGroups: []int64{1000, 2000, 3000}}, run.Spec.StageUser); diff != "" {
+		t.Errorf("stage user (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]v1.RetainedVolume{{Name: v1.DefaultWorkVolumeName, ClaimName: "p-kdefer-work"}}, run.Spec.Volumes); diff != "" {
 		t.Errorf("volumes (-want +got):\n%s", diff)

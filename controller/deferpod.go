@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"time"
 
@@ -97,7 +98,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 			Env:                      env,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			VolumeMounts:             append(workMounts(run, mountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),
-			SecurityContext:          restricted(nil),
+			SecurityContext:          restricted(stageSecurityContext(run)),
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 				corev1.ResourceCPU: mustQ("50m"), corev1.ResourceMemory: mustQ("64Mi")}},
 		}
@@ -191,6 +192,8 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 				RunAsUser:      ptr.To(deferPodUser),
 				RunAsGroup:     ptr.To(deferPodUser),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				// Group-readable outputs can be read by every step.
+				SupplementalGroups: supplementalGroups(run),
 			},
 			Tolerations: []corev1.Toleration{
 				{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
@@ -307,6 +310,29 @@ func mountsVolume(c *corev1.Container, names map[string]bool) bool {
 	return false
 }
 
+// stageSecurityContext runs the built-in stage-out step as the pod's main
+// containers' user and group when the run recorded them (see StageUserOf),
+// so it can read files only their owner may read; nil keeps the defer
+// pod's user, 65532. Defer containers are the policy's and keep theirs.
+func stageSecurityContext(run *v1.DeferRun) *corev1.SecurityContext {
+	su := run.Spec.StageUser
+	if su == nil || su.RunAsUser == nil || *su.RunAsUser <= 0 {
+		return nil
+	}
+	sc := &corev1.SecurityContext{RunAsUser: ptr.To(*su.RunAsUser)}
+	if su.RunAsGroup != nil && *su.RunAsGroup > 0 {
+		sc.RunAsGroup = ptr.To(*su.RunAsGroup)
+	}
+	return sc
+}
+
+func supplementalGroups(run *v1.DeferRun) []int64 {
+	if su := run.Spec.StageUser; su != nil && len(su.SupplementalGroups) > 0 {
+		return slices.Clone(su.SupplementalGroups)
+	}
+	return nil
+}
+
 // restricted fills in, without overriding what a defer container sets:
 // non-root, read-only root filesystem, no privilege escalation, no
 // capabilities.
@@ -338,4 +364,12 @@ func pullPolicy(p corev1.PullPolicy) corev1.PullPolicy {
 		return corev1.PullIfNotPresent
 	}
 	return p
+}
+
+// StageUID is the UID the run's built-in stage-out step runs as.
+func StageUID(run *v1.DeferRun) int64 {
+	if sc := stageSecurityContext(run); sc != nil {
+		return *sc.RunAsUser
+	}
+	return deferPodUser
 }

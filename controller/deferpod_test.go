@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
@@ -165,5 +166,112 @@ func TestShorten(t *testing.T) {
 	}
 	if LabelValue("short") != "short" {
 		t.Error("short names must be kept")
+	}
+}
+
+// TestStageUser: the built-in stage-out step runs as the user and group
+// every regular container of the pod ran as, when known, the same and not
+// root, and the defer pod gets the pod's groups; otherwise 65532. Defer
+// containers keep what they had. The run is armed from the cached
+// (stripped) pod, which must give the same answer as the full one.
+func TestStageUser(t *testing.T) {
+	type ids struct {
+		Stage, Hook *corev1.SecurityContext
+		Pod         *corev1.PodSecurityContext
+	}
+	stage := func(uid, gid *int64) *corev1.SecurityContext {
+		return &corev1.SecurityContext{RunAsUser: uid, RunAsGroup: gid, RunAsNonRoot: ptr.To(true),
+			ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	}
+	podSC := func(groups ...int64) *corev1.PodSecurityContext {
+		return &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65532)), RunAsGroup: ptr.To(int64(65532)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, SupplementalGroups: groups}
+	}
+	hook := stage(nil, nil) // restricted, the defer pod's user
+	want := func(uid, gid *int64, groups ...int64) ids {
+		return ids{Stage: stage(uid, gid), Hook: hook, Pod: podSC(groups...)}
+	}
+	n := func(i int64) *int64 { return &i }
+	pod := func() *kt.PodWrapper { return kt.MakePod("p", "ns").Container("second") }
+	cases := map[string]struct {
+		pod  *corev1.Pod
+		want ids
+	}{
+		"same non-root user and group in every container": {
+			pod: pod().ContainerRunAsUser("main", 1000).ContainerRunAsUser("second", 1000).
+				ContainerRunAsGroup("main", 1000).ContainerRunAsGroup("second", 1000).Obj(),
+			want: want(n(1000), n(1000), 1000),
+		},
+		"pod-level only": {
+			pod:  pod().RunAsUser(1000).RunAsGroup(3000).Obj(),
+			want: want(n(1000), n(3000), 3000),
+		},
+		"containers override a root pod-level user": {
+			pod:  pod().RunAsUser(0).ContainerRunAsUser("main", 1000).ContainerRunAsUser("second", 1000).Obj(),
+			want: want(n(1000), nil),
+		},
+		"user known, group not: the defer pod's group": {
+			pod:  pod().RunAsUser(1000).ContainerRunAsGroup("main", 1000).Obj(),
+			want: want(n(1000), nil, 1000),
+		},
+		"root": {
+			pod:  pod().RunAsUser(0).RunAsGroup(0).Obj(),
+			want: want(nil, nil),
+		},
+		"one container root": {
+			pod:  pod().RunAsUser(1000).ContainerRunAsUser("second", 0).Obj(),
+			want: want(nil, nil),
+		},
+		"unset: the image's user, unknown": {
+			pod:  pod().Obj(),
+			want: want(nil, nil),
+		},
+		"one container unset": {
+			pod:  pod().ContainerRunAsUser("main", 1000).Obj(),
+			want: want(nil, nil),
+		},
+		"containers disagree: 65532 with both groups": {
+			pod: pod().ContainerRunAsUser("main", 1000).ContainerRunAsUser("second", 1001).
+				ContainerRunAsGroup("main", 1000).ContainerRunAsGroup("second", 1001).Obj(),
+			want: want(nil, nil, 1000, 1001),
+		},
+		"fsGroup and supplementalGroups, sorted, without 0": {
+			pod:  pod().RunAsUser(1000).RunAsGroup(1000).FSGroup(2000).SupplementalGroups(3000, 0, 2000).Obj(),
+			want: want(n(1000), n(1000), 1000, 2000, 3000),
+		},
+		"groups of a root pod": {
+			pod:  pod().FSGroup(2000).Obj(),
+			want: want(nil, nil, 2000),
+		},
+		"init containers and native sidecars do not count": {
+			pod: pod().RunAsUser(1000).InitContainer("setup").Sidecar("proxy").
+				ContainerRunAsUser("setup", 0).ContainerRunAsUser("proxy", 1337).ContainerRunAsGroup("proxy", 1337).Obj(),
+			want: want(n(1000), nil),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			stripped, _ := stripPod(tc.pod.DeepCopy())
+			su := StageUserOf(stripped.(*corev1.Pod))
+			if diff := cmp.Diff(StageUserOf(tc.pod), su); diff != "" {
+				t.Errorf("StageUserOf the cached (stripped) pod differs (-full +stripped):\n%s", diff)
+			}
+			run := kt.MakeRun("p", "ns").Trigger(v1.TriggerSucceeded, 0).StageUser(su).Policy(func(p *v1.DeferPolicySpec) {
+				p.DeferContainers = []corev1.Container{{Name: "hook", Image: "busybox"}}
+			}).Obj()
+			p := BuildDeferPod(run, DeferPodOptions{StageImage: "img"})
+			got := ids{Stage: p.Spec.InitContainers[0].SecurityContext, Hook: p.Spec.Containers[0].SecurityContext, Pod: p.Spec.SecurityContext}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("security contexts (-want +got):\n%s", diff)
+			}
+			wantUID := int64(65532)
+			if tc.want.Stage.RunAsUser != nil {
+				wantUID = *tc.want.Stage.RunAsUser
+			}
+			if got := StageUID(run); got != wantUID {
+				t.Errorf("StageUID = %d, want %d", got, wantUID)
+			}
+		})
 	}
 }

@@ -217,7 +217,8 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 		configErr = err.Error()
 	}
 	run := BuildRun(s.pod, policyName, eff, configErr)
-	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", policyName, "podDone", s.class.Done)
+	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", policyName, "podDone", s.class.Done,
+		"stageUID", StageUID(run))
 	if err := r.client.Create(ctx, run); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return errRequeue // the cache had not seen it yet

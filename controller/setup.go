@@ -86,7 +86,7 @@ func stripNode(obj any) (any, error) {
 var _ toolscache.TransformFunc = stripNode
 
 // stripPod keeps what the reconcilers read from a managed pod (Classify,
-// WorkClaims, BuildRun) and from a defer pod (Observe). The reconcilers only
+// WorkClaims, BuildRun and its StageUserOf) and from a defer pod (Observe). The reconcilers only
 // patch pods (never update them whole), so a stripped copy is safe to use.
 func stripPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
@@ -103,6 +103,10 @@ func stripPod(obj any) (any, error) {
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
 			out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+			// StageUserOf (BuildRun) reads the user and group.
+			if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+				out[i].SecurityContext = &corev1.SecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup}
+			}
 			// Classify reads the memory limit (an exit 137 under it is an OOM kill).
 			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 				out[i].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q}
@@ -116,7 +120,12 @@ func stripPod(obj any) (any, error) {
 	p.Spec.InitContainers = nil
 	p.Spec.EphemeralContainers = nil
 	p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil
-	p.Spec.SecurityContext, p.Spec.NodeSelector, p.Spec.ResourceClaims = nil, nil, nil
+	if sc := p.Spec.SecurityContext; sc != nil {
+		// StageUserOf (BuildRun) reads the users and groups.
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup,
+			FSGroup: sc.FSGroup, SupplementalGroups: sc.SupplementalGroups}
+	}
+	p.Spec.NodeSelector, p.Spec.ResourceClaims = nil, nil
 	var work []string
 	for _, c := range WorkClaims(p) {
 		work = append(work, c.Name)

@@ -103,12 +103,80 @@ func (w *PodWrapper) Sidecar(name string) *PodWrapper {
 	return w
 }
 
+// InitContainer adds an init container that has completed.
+func (w *PodWrapper) InitContainer(name string) *PodWrapper {
+	w.Spec.InitContainers = append(w.Spec.InitContainers, corev1.Container{Name: name, Image: "busybox"})
+	w.Status.InitContainerStatuses = append(w.Status.InitContainerStatuses, corev1.ContainerStatus{
+		Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 0, Reason: "Completed", StartedAt: metav1.NewTime(T0), FinishedAt: metav1.NewTime(T0)}}})
+	return w
+}
+
 // MemoryLimit sets the memory limit of every main container.
 func (w *PodWrapper) MemoryLimit(q string) *PodWrapper {
 	for i := range w.Spec.Containers {
 		w.Spec.Containers[i].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(q)}
 	}
 	return w
+}
+
+// RunAsUser sets the pod's securityContext.runAsUser.
+func (w *PodWrapper) RunAsUser(uid int64) *PodWrapper {
+	w.podSecurityContext().RunAsUser = ptr.To(uid)
+	return w
+}
+
+// RunAsGroup sets the pod's securityContext.runAsGroup.
+func (w *PodWrapper) RunAsGroup(gid int64) *PodWrapper {
+	w.podSecurityContext().RunAsGroup = ptr.To(gid)
+	return w
+}
+
+// FSGroup sets the pod's securityContext.fsGroup.
+func (w *PodWrapper) FSGroup(gid int64) *PodWrapper {
+	w.podSecurityContext().FSGroup = ptr.To(gid)
+	return w
+}
+
+// SupplementalGroups sets the pod's securityContext.supplementalGroups.
+func (w *PodWrapper) SupplementalGroups(gids ...int64) *PodWrapper {
+	w.podSecurityContext().SupplementalGroups = gids
+	return w
+}
+
+func (w *PodWrapper) podSecurityContext() *corev1.PodSecurityContext {
+	if w.Spec.SecurityContext == nil {
+		w.Spec.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	return w.Spec.SecurityContext
+}
+
+// ContainerRunAsUser sets securityContext.runAsUser of container name (a
+// main or an init container).
+func (w *PodWrapper) ContainerRunAsUser(name string, uid int64) *PodWrapper {
+	w.containerSecurityContext(name).RunAsUser = ptr.To(uid)
+	return w
+}
+
+// ContainerRunAsGroup sets securityContext.runAsGroup of container name (a
+// main or an init container).
+func (w *PodWrapper) ContainerRunAsGroup(name string, gid int64) *PodWrapper {
+	w.containerSecurityContext(name).RunAsGroup = ptr.To(gid)
+	return w
+}
+
+func (w *PodWrapper) containerSecurityContext(name string) *corev1.SecurityContext {
+	for _, cs := range [][]corev1.Container{w.Spec.Containers, w.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				if cs[i].SecurityContext == nil {
+					cs[i].SecurityContext = &corev1.SecurityContext{}
+				}
+				return cs[i].SecurityContext
+			}
+		}
+	}
+	panic("no container " + name)
 }
 
 // Container adds another running main container.
@@ -277,6 +345,9 @@ func (w *RunWrapper) Trigger(t v1.Trigger, code int32) *RunWrapper {
 
 // Job sets spec.jobName.
 func (w *RunWrapper) Job(name string) *RunWrapper { w.Spec.JobName = name; return w }
+
+// StageUser sets spec.stageUser.
+func (w *RunWrapper) StageUser(su *v1.StageUser) *RunWrapper { w.Spec.StageUser = su; return w }
 
 // Policy edits the policy.
 func (w *RunWrapper) Policy(f func(*v1.DeferPolicySpec)) *RunWrapper { f(&w.Spec.Policy); return w }
