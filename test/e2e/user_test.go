@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -47,6 +48,10 @@ esac
 	s.create(job)
 	pod := s.waitReady(2 * time.Minute)
 	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
+	want := &v1.StageUser{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000), SupplementalGroups: []int64{1000, 2000}}
+	if diff := cmp.Diff(want, run.Spec.StageUser); diff != "" {
+		t.Errorf("DeferRun %s spec.stageUser (-want +got):\n%s", pod, diff)
+	}
 	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
 	s.volumeReleased(run)
 	s.noFinalizer(pod)
