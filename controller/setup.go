@@ -86,8 +86,9 @@ func stripNode(obj any) (any, error) {
 var _ toolscache.TransformFunc = stripNode
 
 // stripPod keeps what the reconcilers read from a managed pod (Classify,
-// WorkClaims, BuildRun and its StageUserOf) and from a defer pod (Observe). The reconcilers only
-// patch pods (never update them whole), so a stripped copy is safe to use.
+// WorkClaims, BuildRun and its StageUserOf) and from a defer pod (Observe).
+// The reconcilers only patch pods (never update them whole), so a stripped
+// copy is safe to use.
 func stripPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
