@@ -57,6 +57,16 @@ func newFakeWorldWith(t *testing.T, funcs interceptor.Funcs, objs ...client.Obje
 	w.pod = NewPodReconciler(w.c, w.clock)
 	w.run = NewRunReconciler(w.c, w.c, nil, w.clock, DeferPodOptions{StageImage: "img"})
 	w.job = NewJobReconciler(w.c, w.c, w.clock)
+	// settle reconciles the first pod and Job given (tests with more pods
+	// point w.key at the one they drive).
+	for i := len(objs) - 1; i >= 0; i-- {
+		switch objs[i].(type) {
+		case *corev1.Pod:
+			w.key = client.ObjectKeyFromObject(objs[i])
+		case *batchv1.Job:
+			w.jobKey = client.ObjectKeyFromObject(objs[i])
+		}
+	}
 	return w
 }
 
@@ -150,7 +160,6 @@ func TestWritesPerRun(t *testing.T) {
 				objs = append(objs, BuildDeferPDB(kt.MakeRun("other", "ns").Obj()))
 			}
 			w := newFakeWorld(t, objs...)
-			w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 			w.settle()
 			armed := len(w.writes.Writes())
 			w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
@@ -199,7 +208,6 @@ func TestBookkeepingPostponed(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 	}, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
 	w.settle()
@@ -229,7 +237,6 @@ func TestBookkeepingPostponed(t *testing.T) {
 func TestTTL(t *testing.T) {
 	job, pod, pvc, n := worldObjects()
 	w := newFakeWorld(t, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
 	w.settle()
@@ -257,7 +264,6 @@ func TestSkipAnnotationOnJob(t *testing.T) {
 	job, pod, pvc, n := worldObjects()
 	job.Annotations = map[string]string{v1.AnnotationSkip: "true"}
 	w := newFakeWorld(t, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
@@ -284,7 +290,6 @@ func TestSkipAnnotationOnJob(t *testing.T) {
 func TestNodeLost(t *testing.T) {
 	job, pod, pvc, _ := worldObjects()
 	w := newFakeWorld(t, job, pod, pvc)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
@@ -313,7 +318,6 @@ func TestNodeLost(t *testing.T) {
 func TestNodeLostTrigger(t *testing.T) {
 	job, pod, pvc, n := worldObjects()
 	w := newFakeWorld(t, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(n, func() {
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(w.clock.Now())}}
@@ -343,7 +347,6 @@ func TestNodeLostTrigger(t *testing.T) {
 func TestReleaseByHand(t *testing.T) {
 	job, pod, pvc, n := worldObjects()
 	w := newFakeWorld(t, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
@@ -383,7 +386,6 @@ func TestMissingSecret(t *testing.T) {
 	job, pod, pvc, n := worldObjects()
 	pod.Annotations[v1.AnnotationCredentials] = "s3-creds"
 	w := newFakeWorld(t, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
 	w.settle()
@@ -468,7 +470,6 @@ func TestPrePull(t *testing.T) {
 	pod2 := kt.MakePod("j-y", "ns").OnNode("n1").OwnedByJob("j", job.UID).Obj()
 	w := newFakeWorld(t, job, pod, pvc, n, pod2, kt.ClaimFor(pod2, v1.DefaultWorkVolumeName))
 	w.pod.prePullImage = "kdefer.io/kdefer-stage:test"
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.key = client.ObjectKeyFromObject(pod2)
 	w.settle()
@@ -495,7 +496,6 @@ func TestNodeLostRelocates(t *testing.T) {
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-net"}, Spec: corev1.PersistentVolumeSpec{
 		PersistentVolumeSource: corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs", Path: "/x"}}}}
 	w := newFakeWorld(t, job, pod, pvc, pv)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
@@ -541,7 +541,6 @@ func TestPodGoneWithoutNode(t *testing.T) {
 	job, pod, pvc, n := worldObjects()
 	pod.Spec.NodeName = ""
 	w := newFakeWorld(t, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	pod.Finalizers = nil
 	if err := w.base.Update(context.Background(), pod); err != nil {
@@ -577,7 +576,6 @@ func TestNamespaceTerminating(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 	}, job, pod, pvc, n)
-	w.key, w.jobKey = client.ObjectKeyFromObject(pod), client.ObjectKeyFromObject(job)
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
