@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -34,12 +33,7 @@ func TestDrain(t *testing.T) {
 	job.Spec.Template.Labels = map[string]string{"e2e-drain": s.ns}
 	s.create(job)
 	pod := s.waitReady(time.Minute)
-	t.Cleanup(func() { _, _ = kubectl(context.Background(), "uncordon", s.env.NodeName) })
-
-	drain := func(selector string) *bg {
-		return kubectlBG(s.ctx, "drain", s.env.NodeName, "--pod-selector="+selector, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
-	}
-	d1 := drain("e2e-drain=" + s.ns)
+	d1 := s.drain("e2e-drain=" + s.ns)
 	if ready := s.waitReady(2 * time.Minute); ready != "defer-"+pod {
 		t.Fatalf("unexpected ready signal %q", ready)
 	}
@@ -51,7 +45,7 @@ func TestDrain(t *testing.T) {
 	if _, err := s.env.WaitPod(s.ctx, s.ns, run.Status.DeferPodName, 30*time.Second, "Running and Ready", podReady); err != nil {
 		t.Fatal(err)
 	}
-	d2 := drain("kdefer.io/deferrun=" + pod)
+	d2 := s.drain("kdefer.io/deferrun=" + pod)
 	d2.waitLine(t, "disruption budget", 30*time.Second)
 	s.logf("drain waits for defer pod %s (budget)", run.Status.DeferPodName)
 	if !d1.running() {
@@ -64,9 +58,7 @@ func TestDrain(t *testing.T) {
 	d1.wait(t, 2*time.Minute)
 	d2.wait(t, 2*time.Minute)
 	s.logf("both drains done")
-	if out, err := kubectl(s.ctx, "uncordon", s.env.NodeName); err != nil {
-		t.Fatalf("uncordon: %v: %s", err, out)
-	}
+	s.uncordon()
 	run = s.waitFinished(pod, v1.TriggerDrained, v1.DeferRunSucceeded, 2*time.Minute)
 	s.checkOutputs("sim", pod, w, v1.TriggerDrained)
 	s.volumeReleased(run)

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -49,11 +48,10 @@ func TestDrainDuringStageSteps(t *testing.T) {
 	if dp.Status.Phase != corev1.PodPending {
 		t.Fatalf("defer pod %s is %s during its init steps, want Pending (the case budgets do not cover)", dp.Name, dp.Status.Phase)
 	}
-	t.Cleanup(func() { _, _ = kubectl(context.Background(), "uncordon", s.env.NodeName) })
 	if err := s.env.Evict(s.ctx, s.ns, dp.Name); !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("evicting the Pending defer pod: %v, want 429 from kdefer's eviction webhook", err)
 	}
-	d := kubectlBG(s.ctx, "drain", s.env.NodeName, "--pod-selector=kdefer.io/deferrun="+pod, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
+	d := s.drain("kdefer.io/deferrun=" + pod)
 	d.waitLine(t, "evictions.pods.kdefer.io", 30*time.Second)
 	s.logf("drain waits for the Pending defer pod %s (eviction webhook)", dp.Name)
 	if !d.running() {
@@ -67,9 +65,7 @@ func TestDrainDuringStageSteps(t *testing.T) {
 	}
 	s.sig.release("defer-" + pod)
 	d.wait(t, 2*time.Minute)
-	if out, err := kubectl(s.ctx, "uncordon", s.env.NodeName); err != nil {
-		t.Fatalf("uncordon: %v: %s", err, out)
-	}
+	s.uncordon()
 	run = s.waitFinished(pod, v1.TriggerDeleted, v1.DeferRunSucceeded, 2*time.Minute)
 	s.checkOutputs("sim", pod, w, v1.TriggerDeleted)
 	s.volumeReleased(run)

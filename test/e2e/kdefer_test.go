@@ -138,6 +138,23 @@ func (s *scenario) holdPolicy(name string) *v1.DeferPolicy {
 	}
 }
 
+// drain starts `kubectl drain` of the node for the pods matching selector
+// in the background; the node is uncordoned when the test ends, whatever
+// happens.
+func (s *scenario) drain(selector string) *bg {
+	s.t.Helper()
+	s.t.Cleanup(func() { _, _ = kubectl(context.Background(), "uncordon", s.env.NodeName) })
+	return kubectlBG(s.ctx, "drain", s.env.NodeName, "--pod-selector="+selector, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
+}
+
+// uncordon makes the node schedulable again.
+func (s *scenario) uncordon() {
+	s.t.Helper()
+	if out, err := kubectl(s.ctx, "uncordon", s.env.NodeName); err != nil {
+		s.t.Fatalf("uncordon: %v: %s", err, out)
+	}
+}
+
 // inProgress: the run has a defer pod.
 func inProgress(r *v1.DeferRun) bool { return r.Status.DeferPodName != "" }
 
