@@ -32,11 +32,13 @@ minio_bin() {
 	printf '%s\n' "$bin"
 }
 
-# minio_ready: MinIO's readiness endpoint answers 200 (bash's /dev/tcp: no curl needed).
+# minio_ready: MinIO's cluster health endpoint answers 200 (bash's /dev/tcp: no
+# curl needed). Not its readiness endpoint: that answers 200 before the object
+# layer is up, and S3 requests then get 503.
 minio_ready() {
 	(
 		exec 3<>"/dev/tcp/${E2E_MINIO_ADDR%:*}/${E2E_MINIO_ADDR##*:}" || exit 1
-		printf 'GET /minio/health/ready HTTP/1.0\r\nHost: %s\r\n\r\n' "$E2E_MINIO_ADDR" >&3
+		printf 'GET /minio/health/cluster HTTP/1.0\r\nHost: %s\r\n\r\n' "$E2E_MINIO_ADDR" >&3
 		IFS= read -r -t 2 line <&3 && [[ $line == *" 200 "* ]]
 	)
 }

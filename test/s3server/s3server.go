@@ -131,7 +131,10 @@ func (s *Server) waitReady(exited chan struct{}) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		resp, err := client.Get("http://" + s.addr + "/minio/health/ready")
+		// Not /minio/health/ready: it answers 200 before the object layer
+		// is up after a restart, and S3 requests then get 503
+		// XMinioServerNotInitialized (seen once in TestServerKilledMidUpload).
+		resp, err := client.Get("http://" + s.addr + "/minio/health/cluster")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -224,7 +224,7 @@ func startMinIO(bin, addr, dir string) *exec.Cmd {
 	check(c.Start())
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + addr + "/minio/health/ready")
+		resp, err := http.Get("http://" + addr + "/minio/health/cluster")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
