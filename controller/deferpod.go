@@ -172,6 +172,11 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 				v1.LabelManaged:  LabelManagedDefer,
 				v1.LabelDeferRun: LabelValue(run.Name),
 			},
+			Annotations: map[string]string{
+				v1.AnnotationDeferRunName: run.Name,
+				v1.AnnotationDeferRunUID:  string(run.UID),
+			},
+			// OwnByVolumes replaces this when the work PVCs are known.
 			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, true)},
 		},
 		Spec: corev1.PodSpec{
@@ -237,6 +242,56 @@ func BuildDeferPDB(run *v1.DeferRun) *policyv1.PodDisruptionBudget {
 				v1.LabelManaged: LabelManagedDefer}},
 		},
 	}
+}
+
+// OwnByVolumes makes the defer pod a dependent of the run's work PVCs
+// instead of the run, if pvcs holds every one of them (else it stays the
+// run's). The release deletes the PVCs in the foreground, so the garbage
+// collector deletes the finished defer pod first; the PVC, which
+// kubernetes.io/pvc-protection keeps while any pod mounts it, then goes at
+// once and its disk is freed, instead of after the run's TTL. A retained
+// volume keeps its defer pod, and its logs, until it is released.
+func OwnByVolumes(pod *corev1.Pod, run *v1.DeferRun, pvcs map[string]*corev1.PersistentVolumeClaim) bool {
+	refs := make([]metav1.OwnerReference, 0, len(run.Spec.Volumes))
+	for _, v := range run.Spec.Volumes {
+		pvc := pvcs[v.ClaimName]
+		if pvc == nil || pvc.UID == "" {
+			return false
+		}
+		// The first is the controller: `kubectl drain` refuses to evict
+		// a pod without one ("declare no controller") instead of waiting
+		// for its PodDisruptionBudget.
+		refs = append(refs, metav1.OwnerReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: pvc.Name, UID: pvc.UID,
+			Controller: ptr.To(len(refs) == 0), BlockOwnerDeletion: ptr.To(false)})
+	}
+	if len(refs) == 0 {
+		return false
+	}
+	pod.OwnerReferences = refs
+	return true
+}
+
+// IsDeferPodOf says whether pod is run's defer pod: owned by the run (a pod
+// whose volumes were unknown, or made before defer pods were owned by their
+// volumes) or annotated with its UID.
+func IsDeferPodOf(pod *corev1.Pod, run *v1.DeferRun) bool {
+	if metav1.IsControlledBy(pod, run) {
+		return true
+	}
+	uid, ok := pod.Annotations[v1.AnnotationDeferRunUID]
+	return ok && uid == string(run.UID) && pod.Annotations[v1.AnnotationDeferRunName] == run.Name
+}
+
+// DeferPodRun is the name of the run a defer pod serves, "" if pod is not
+// a defer pod.
+func DeferPodRun(pod metav1.Object) string {
+	if n := pod.GetAnnotations()[v1.AnnotationDeferRunName]; n != "" {
+		return n
+	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && ref.Kind == "DeferRun" && ref.APIVersion == v1.GroupVersion.String() {
+		return ref.Name
+	}
+	return ""
 }
 
 // runOwnerRef is an ownerReference to the DeferRun. controller=true for the

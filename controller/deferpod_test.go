@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -273,5 +274,71 @@ func TestStageUser(t *testing.T) {
 				t.Errorf("StageUID = %d, want %d", got, wantUID)
 			}
 		})
+	}
+}
+
+// TestDeferPodOwnership: a defer pod is owned by its run's work PVCs when
+// all of them are known (so the release's foreground deletion takes it and
+// frees the disk), else by the run; either way it is recognised as the run's
+// and mapped back to it, and never as another run's.
+func TestDeferPodOwnership(t *testing.T) {
+	pvcRef := func(name, uid string, controller bool) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: name, UID: types.UID(uid),
+			Controller: ptr.To(controller), BlockOwnerDeletion: ptr.To(false)}
+	}
+	pvc := func(name, uid string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(uid)}}
+	}
+	twoVolumes := kt.MakeRun("j-x", "ns").Obj()
+	twoVolumes.Spec.Volumes = append(twoVolumes.Spec.Volumes, v1.RetainedVolume{Name: "cache", ClaimName: "j-x-cache"})
+	for name, tc := range map[string]struct {
+		run     *v1.DeferRun
+		pvcs    []*corev1.PersistentVolumeClaim
+		byVols  bool
+		wantRef []metav1.OwnerReference
+	}{
+		"one work PVC": {run: kt.MakeRun("j-x", "ns").Obj(), pvcs: []*corev1.PersistentVolumeClaim{pvc("j-x-kdefer-work", "u1")},
+			byVols: true, wantRef: []metav1.OwnerReference{pvcRef("j-x-kdefer-work", "u1", true)}},
+		"two work PVCs": {run: twoVolumes, pvcs: []*corev1.PersistentVolumeClaim{pvc("j-x-kdefer-work", "u1"), pvc("j-x-cache", "u2")},
+			byVols: true, wantRef: []metav1.OwnerReference{pvcRef("j-x-kdefer-work", "u1", true), pvcRef("j-x-cache", "u2", false)}},
+		"one of two missing: the run's": {run: twoVolumes, pvcs: []*corev1.PersistentVolumeClaim{pvc("j-x-kdefer-work", "u1")},
+			wantRef: []metav1.OwnerReference{runOwnerRef(twoVolumes, true)}},
+		"none known: the run's": {run: kt.MakeRun("j-x", "ns").Obj(),
+			wantRef: []metav1.OwnerReference{runOwnerRef(kt.MakeRun("j-x", "ns").Obj(), true)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod := BuildDeferPod(tc.run, DeferPodOptions{StageImage: "stage"})
+			m := map[string]*corev1.PersistentVolumeClaim{}
+			for _, p := range tc.pvcs {
+				m[p.Name] = p
+			}
+			if got := OwnByVolumes(pod, tc.run, m); got != tc.byVols {
+				t.Errorf("OwnByVolumes = %v, want %v", got, tc.byVols)
+			}
+			if diff := cmp.Diff(tc.wantRef, pod.OwnerReferences); diff != "" {
+				t.Errorf("owners (-want +got):\n%s", diff)
+			}
+			if metav1.GetControllerOf(pod) == nil {
+				t.Error("no controller: kubectl drain would refuse to evict the defer pod instead of waiting")
+			}
+			if !IsDeferPodOf(pod, tc.run) || DeferPodRun(pod) != tc.run.Name {
+				t.Errorf("not recognised as %s's defer pod: %v %q", tc.run.Name, IsDeferPodOf(pod, tc.run), DeferPodRun(pod))
+			}
+			other := kt.MakeRun("j-x", "ns").Obj()
+			other.UID = "a-new-run-of-the-same-name"
+			if IsDeferPodOf(pod, other) {
+				t.Error("recognised as the defer pod of another run of the same name")
+			}
+		})
+	}
+	// A defer pod made before defer pods carried the annotations: owned by
+	// its run.
+	run := kt.MakeRun("j-x", "ns").Obj()
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-x-defer", OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, true)}}}
+	if !IsDeferPodOf(old, run) || DeferPodRun(old) != "j-x" {
+		t.Error("an older defer pod owned by its run is not recognised")
+	}
+	if DeferPodRun(&corev1.Pod{}) != "" {
+		t.Error("a pod without owner or annotation mapped to a run")
 	}
 }

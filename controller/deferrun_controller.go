@@ -221,6 +221,9 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	}
 	r.emit(ctx, s)
 	if run.DeletionTimestamp != nil && Finished(run) && meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
+		if err := r.deleteLeftoverDeferPod(ctx, run); err != nil {
+			return reconcile.Result{}, err
+		}
 		return reconcile.Result{}, r.removeFinalizer(ctx, run)
 	}
 	if s.deleteRun {
@@ -233,7 +236,7 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 // deferPod returns the run's defer pod from the cache, nil if none.
 func (r *RunReconciler) deferPod(ctx context.Context, run *v1.DeferRun) *corev1.Pod {
 	pod := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, pod); err != nil || !metav1.IsControlledBy(pod, run) {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, pod); err != nil || !IsDeferPodOf(pod, run) {
 		return nil
 	}
 	return pod
@@ -279,7 +282,7 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 		node = pod.Spec.NodeName
 	}
 	dp := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, dp); err == nil && metav1.IsControlledBy(dp, run) {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, dp); err == nil && IsDeferPodOf(dp, run) {
 		for _, e := range dp.Spec.Containers[0].Env {
 			switch {
 			case e.Name == v1.EnvTrigger && v1.Trigger(e.Value).IsValid():
@@ -347,7 +350,7 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
 	} else if err != nil {
 		return err
 	}
-	if pod != nil && !metav1.IsControlledBy(pod, run) {
+	if pod != nil && !IsDeferPodOf(pod, run) {
 		return fmt.Errorf("pod %s exists and is not this run's defer pod", pod.Name)
 	}
 	relocate, done, err := r.checkNode(ctx, s, pod)
@@ -545,6 +548,14 @@ func NodeLocal(pv *corev1.PersistentVolume) bool {
 func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate bool) error {
 	run := s.view()
 	pod := BuildDeferPod(run, r.opts)
+	pvcs := map[string]*corev1.PersistentVolumeClaim{}
+	for _, v := range run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc); err == nil && pvc.DeletionTimestamp == nil {
+			pvcs[v.ClaimName] = pvc
+		}
+	}
+	OwnByVolumes(pod, run, pvcs)
 	if relocate {
 		pod.Spec.NodeName = "" // the scheduler places it where the volume can attach
 	}
@@ -707,7 +718,9 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 			continue
 		}
 		log.FromContext(ctx).Info("releasing work volume", "pvc", pvc.Name)
-		if err := r.client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); client.IgnoreNotFound(err) != nil {
+		// Foreground: the garbage collector deletes the defer pod, which
+		// the PVC owns (OwnByVolumes), so nothing holds the PVC after it.
+		if err := r.client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 		r.exp.forget("PersistentVolumeClaim", pvc)
@@ -758,6 +771,19 @@ func (r *RunReconciler) emit(ctx context.Context, s *runState) {
 			r.recorder.Eventf(job, s.run, e.typ, e.reason, "DeferRun", "%s: %s", s.run.Name, e.note)
 		}
 	}
+}
+
+// deleteLeftoverDeferPod deletes the defer pod of a run that goes, if its
+// volumes did not take it with them (their release is normally a foreground
+// deletion that does; a PVC deleted by someone else in the background waits
+// for the pod instead). A pod owned by the run goes with the run.
+func (r *RunReconciler) deleteLeftoverDeferPod(ctx context.Context, run *v1.DeferRun) error {
+	pod := r.deferPod(ctx, run)
+	if pod == nil || pod.DeletionTimestamp != nil || metav1.IsControlledBy(pod, run) {
+		return nil
+	}
+	log.FromContext(ctx).Info("deleting defer pod of a deleted run", "pod", pod.Name)
+	return client.IgnoreNotFound(r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}))
 }
 
 func (r *RunReconciler) removeFinalizer(ctx context.Context, run *v1.DeferRun) error {

@@ -223,13 +223,24 @@ func (h *harness) waitPodReleased(pod *corev1.Pod) {
 	})
 }
 
+// pvcDeleting: the work PVC is deleted or being deleted, however.
+func (h *harness) pvcDeleting(pod *corev1.Pod) bool {
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := h.c.Get(context.Background(), types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name + "-" + v1.DefaultWorkVolumeName}, pvc)
+	return apierrors.IsNotFound(err) || (err == nil && pvc.DeletionTimestamp != nil)
+}
+
+// pvcGone: the work PVC is released, deleted in the foreground.
 func (h *harness) pvcGone(pod *corev1.Pod) (bool, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	err := h.c.Get(context.Background(), types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name + "-" + v1.DefaultWorkVolumeName}, pvc)
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}
-	return err == nil && pvc.DeletionTimestamp != nil, err
+	// Deleted in the foreground, so that the garbage collector deletes the
+	// defer pod the PVC owns before the PVC (envtest has no collector: the
+	// finalizer stays).
+	return err == nil && pvc.DeletionTimestamp != nil && controllerutilContains(pvc.Finalizers, metav1.FinalizerDeleteDependents), err
 }
 
 func controllerutilContains(list []string, s string) bool {
@@ -320,6 +331,11 @@ func testTriggers(h *harness) {
 		if dp.Spec.NodeName != node {
 			h.t.Errorf("%s: defer pod on node %q", tc.name, dp.Spec.NodeName)
 		}
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: run.Spec.Volumes[0].ClaimName, Namespace: ns}}
+		must(h.t, h.get(pvc))
+		if refs := dp.OwnerReferences; len(refs) != 1 || refs[0].Kind != "PersistentVolumeClaim" || refs[0].UID != pvc.UID {
+			h.t.Errorf("%s: defer pod owners %+v, want the work PVC %s", tc.name, refs, pvc.UID)
+		}
 		h.finishDeferPod(dp, 0, 0, okSummary, false)
 		h.waitFinished(run, v1.DeferRunSucceeded)
 		if run.Status.Trigger != tc.want || run.Status.Bytes != 1234 || run.Status.Objects != 3 || run.Status.ManifestURL != okSummary.ManifestURL {
@@ -368,7 +384,7 @@ func testFailures(h *harness) {
 			h.t.Errorf("%s: volume released; the default onFailure is Retain", tc.name)
 		}
 		h.waitPodReleased(pod)
-		if gone, _ := h.pvcGone(pod); gone {
+		if h.pvcDeleting(pod) {
 			h.t.Errorf("%s: PVC deleted; want it retained", tc.name)
 		}
 		h.eventually("the still running defer pod stopped", func() (bool, error) {
@@ -392,7 +408,7 @@ func testConfigError(h *harness) {
 		c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "DeferPolicy config/later"), nil
 	})
-	if gone, _ := h.pvcGone(pod); gone {
+	if h.pvcDeleting(pod) {
 		h.t.Fatal("PVC deleted while the run waits for its configuration")
 	}
 	pol := &v1.DeferPolicy{ObjectMeta: metav1.ObjectMeta{Name: "later", Namespace: ns},

@@ -251,11 +251,13 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-deferrun").
 		For(&v1.DeferRun{}).
-		Owns(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
+		// Defer pods are owned by their work PVCs (OwnByVolumes), so they
+		// are mapped to their run by annotation, not by owner.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(deferPodToRun), builder.WithPredicates(predicate.Funcs{
 			// The pass that creates a defer pod asks for its bookkeeping
 			// pass itself (bookkeepingDelay); status changes come as updates.
 			CreateFunc: func(e ctrlevent.CreateEvent) bool { return e.IsInInitialList },
-		})).
+		}, predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[v1.LabelManaged] == LabelManagedDefer }))).
 		Watches(&corev1.Pod{}, podEnded(), builder.WithPredicates(managed)).
 		Watches(&policyv1.PodDisruptionBudget{}, pdbDeleted(c)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
@@ -273,6 +275,13 @@ func pvcToPod(_ context.Context, o client.Object) []reconcile.Request {
 		}
 	}
 	return out
+}
+
+func deferPodToRun(_ context.Context, o client.Object) []reconcile.Request {
+	if name := DeferPodRun(o); name != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	}
+	return nil
 }
 
 func runToJob(_ context.Context, o client.Object) []reconcile.Request {

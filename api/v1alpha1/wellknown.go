@@ -24,6 +24,17 @@ const (
 // ManagedDeferPod is the LabelManaged value of defer pods.
 const ManagedDeferPod = "defer"
 
+// Annotations on defer pods naming the DeferRun they serve. A defer pod is
+// owned by its run's work PVCs, not by the run, so that it goes with them
+// when they are released; these say whose it is.
+const (
+	// AnnotationDeferRunName is the DeferRun's name (the LabelDeferRun
+	// label may be shortened to fit 63 characters).
+	AnnotationDeferRunName = "kdefer.io/deferrun"
+	// AnnotationDeferRunUID is the DeferRun's UID.
+	AnnotationDeferRunUID = "kdefer.io/deferrun-uid"
+)
+
 // Annotations on a Job (or its pod template) that configure kdefer without a
 // DeferPolicy. Annotations override the fields of the policy named by
 // AnnotationPolicy. They are parsed by ParseAnnotations, and nowhere else.

@@ -31,7 +31,7 @@ func init() {
 			}
 			pod := &corev1.Pod{}
 			if err := c.Get(ctx, clientKey(ns, controller.DeferPodName(run)), pod); err != nil {
-				return &exitError{code: 1, msg: fmt.Sprintf("defer pod of %s: %v (a skipped run has none; a deleted run's pod is gone)", name, err)}
+				return &exitError{code: 1, msg: fmt.Sprintf("defer pod of %s: %v (a skipped run has none; the defer pod goes with the work volume when it is released, so a succeeded run keeps only its outcome and each step's exit and message: kdefer status)", name, err)}
 			}
 			cs, err := f.clientset()
 			if err != nil {

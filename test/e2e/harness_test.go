@@ -431,26 +431,40 @@ func (s *scenario) waitFinished(pod string, trigger v1.Trigger, state string, ti
 	return run
 }
 
-// volumeReleased checks that the run released its work volume (the PVC is
-// deleted; it goes once no pod uses it).
+// volumeReleased checks that the run released its work volume and that its
+// disk is freed at once: the defer pod goes with it, and the PVC is gone
+// unless the Job's own pod still exists (a generic ephemeral volume lives as
+// long as its pod; the PVC then stays Terminating until the pod is deleted).
 func (s *scenario) volumeReleased(run *v1.DeferRun) {
 	s.t.Helper()
 	run = s.waitRun(run.Name, time.Minute, "to release its volume", func(r *v1.DeferRun) bool {
 		return meta.IsStatusConditionTrue(r.Status.Conditions, v1.DeferRunVolumeReleased)
 	})
+	if dp := run.Status.DeferPodName; dp != "" {
+		if err := s.env.WaitPodGone(s.ctx, s.ns, dp, 30*time.Second); err != nil {
+			s.t.Errorf("defer pod of a released volume: %v", err)
+		}
+	}
 	for _, v := range run.Spec.Volumes {
+		var state string
 		err := clusterenv.WaitFor(s.ctx, 30*time.Second, "work PVC "+v.ClaimName+" deleted", func(ctx context.Context) (bool, error) {
 			pvc, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, v.ClaimName, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return true, nil
 			}
-			if err != nil {
+			if err != nil || pvc.DeletionTimestamp == nil {
+				state = "not deleted"
 				return false, err
 			}
-			return pvc.DeletionTimestamp != nil, nil
+			pod, err := s.env.Clientset.CoreV1().Pods(s.ns).Get(ctx, run.Spec.PodName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil) {
+				state = "Terminating, though its pod is gone"
+				return false, nil
+			}
+			return err == nil, err
 		})
 		if err != nil {
-			s.t.Error(err)
+			s.t.Errorf("%v (%s)", err, state)
 		}
 	}
 }
