@@ -40,6 +40,7 @@ const (
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonNodeLost         = "NodeLost"
 	ReasonNamespaceDeleted = "NamespaceDeleted"
+	ReasonVolumeMissing    = "VolumeMissing"
 	ReasonNodeNotReady     = "NodeNotReady"
 	ReasonPolicyNotFound   = "PolicyNotFound"
 	ReasonSecretNotFound   = "SecretNotFound"

@@ -499,6 +499,23 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	return false, true, nil
 }
 
+// volumesMissing reports whether no work PVC of run exists that a pod could
+// mount (absent, or being deleted), asking the API server: the cache may be
+// behind a PVC created a moment ago.
+func (r *RunReconciler) volumesMissing(ctx context.Context, run *v1.DeferRun) (bool, error) {
+	for _, v := range run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc)
+		if client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if err == nil && pvc.DeletionTimestamp == nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // volumesMovable reports whether every work volume is bound to a PV that is
 // not pinned to one node (no kubernetes.io/hostname in its node affinity),
 // so a defer pod elsewhere can mount it. Uncached reads: a rare path.
@@ -553,6 +570,19 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 		pvc := &corev1.PersistentVolumeClaim{}
 		if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc); err == nil && pvc.DeletionTimestamp == nil {
 			pvcs[v.ClaimName] = pvc
+		}
+	}
+	if len(pvcs) == 0 && len(run.Spec.Volumes) > 0 {
+		missing, err := r.volumesMissing(ctx, run)
+		if err != nil {
+			return err
+		}
+		if missing {
+			// No defer pod could mount them: never created (the PVC's
+			// creation failed after the arming webhook made the run), or
+			// deleted by someone.
+			return r.finish(ctx, s, v1.DeferRunSkipped, ReasonVolumeMissing,
+				fmt.Sprintf("no work PVC of pod %s exists (%s): there is nothing to stage out", run.Spec.PodName, run.Spec.Volumes[0].ClaimName), nil)
 		}
 	}
 	OwnByVolumes(pod, run, pvcs)

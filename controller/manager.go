@@ -117,6 +117,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 	if err := webhook.SetupWithManager(mgr, mo.Webhook); err != nil {
 		return nil, err
 	}
+	if !mo.Webhook.Disabled {
+		(&PVCArmer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).Register(mgr.GetWebhookServer())
+	}
 	if err := SetupWithManager(ctx, mgr, mo.Options); err != nil {
 		return nil, err
 	}

@@ -197,37 +197,50 @@ func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
 // done when first seen (the controller was down) is armed the same way: the
 // run side records its trigger (the pod is held by kdefer's finalizer).
 func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
-	policyName := s.pod.Annotations[v1.AnnotationPolicy]
-	var spec *v1.DeferPolicySpec
-	configErr := ""
-	if policyName != "" {
-		pol := &v1.DeferPolicy{}
-		err := r.client.Get(ctx, types.NamespacedName{Namespace: s.pod.Namespace, Name: policyName}, pol)
-		switch {
-		case apierrors.IsNotFound(err):
-			configErr = policyNotFound(s.pod.Namespace, policyName)
-		case err != nil:
-			return err
-		default:
-			spec = &pol.Spec
-		}
+	run, err := RunFor(ctx, r.client, s.pod)
+	if err != nil {
+		return err
 	}
-	eff, err := EffectivePolicy(spec, s.pod.Annotations)
-	if err != nil && configErr == "" {
-		configErr = err.Error()
-	}
-	run := BuildRun(s.pod, policyName, eff, configErr)
-	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", policyName, "podDone", s.class.Done,
+	log.FromContext(ctx).Info("creating defer run", "deferrun", run.Name, "policy", run.Spec.PolicyName, "podDone", s.class.Done,
 		"stageUID", StageUID(run))
 	if err := r.client.Create(ctx, run); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return errRequeue // the cache had not seen it yet
+			// The cache had not seen it yet: made by an earlier pass, or
+			// by the webhook as the PVC was created (PVCArmer).
+			return errRequeue
 		}
 		return err
 	}
 	r.exp.expect("DeferRun", run)
+	Metrics.Writes.WithLabelValues("arm").Inc()
 	s.run = run
 	return nil
+}
+
+// RunFor returns the DeferRun that arms pod, with its effective policy (the
+// DeferPolicy it names, read through c, and its annotations). A policy that
+// cannot be resolved is recorded in the run, which resolves it again later.
+func RunFor(ctx context.Context, c client.Reader, pod *corev1.Pod) (*v1.DeferRun, error) {
+	policyName := pod.Annotations[v1.AnnotationPolicy]
+	var spec *v1.DeferPolicySpec
+	configErr := ""
+	if policyName != "" {
+		pol := &v1.DeferPolicy{}
+		err := c.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: policyName}, pol)
+		switch {
+		case apierrors.IsNotFound(err):
+			configErr = policyNotFound(pod.Namespace, policyName)
+		case err != nil:
+			return nil, err
+		default:
+			spec = &pol.Spec
+		}
+	}
+	eff, err := EffectivePolicy(spec, pod.Annotations)
+	if err != nil && configErr == "" {
+		configErr = err.Error()
+	}
+	return BuildRun(pod, policyName, eff, configErr), nil
 }
 
 // adopt makes the run a second owner of every work PVC; see AdoptedOwners.

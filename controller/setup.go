@@ -7,7 +7,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -337,11 +336,11 @@ func pdbDeleted(c client.Client) handler.EventHandler {
 			}
 			for i := range pods.Items {
 				p := &pods.Items[i]
-				ref := metav1.GetControllerOf(p)
-				if podTerminal(p) || p.DeletionTimestamp != nil || ref == nil || ref.Kind != "DeferRun" {
+				run := DeferPodRun(p)
+				if podTerminal(p) || p.DeletionTimestamp != nil || run == "" {
 					continue
 				}
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}})
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: run}})
 			}
 		},
 	}

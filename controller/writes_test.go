@@ -2,23 +2,28 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
@@ -102,6 +107,41 @@ func (w *fakeWorld) status(obj client.Object, f func()) {
 	}
 }
 
+// createThroughArmer creates pvc as the ephemeral-volume controller would
+// (not counted), through PVCArmer's admission (counted).
+func (w *fakeWorld) createThroughArmer(pvc *corev1.PersistentVolumeClaim) {
+	w.t.Helper()
+	raw, err := json.Marshal(pvc)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp := (&PVCArmer{Client: w.c, Reader: w.c}).Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, Namespace: pvc.Namespace, Name: pvc.Name, Object: runtime.RawExtension{Raw: raw}}})
+	if !resp.Allowed {
+		w.t.Fatalf("PVC creation refused: %+v", resp.Result)
+	}
+	if len(resp.Patches) > 0 {
+		ops, err := json.Marshal(resp.Patches)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		p, err := jsonpatch.DecodePatch(ops)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if raw, err = p.Apply(raw); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	out := &corev1.PersistentVolumeClaim{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.base.Create(context.Background(), out); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 func worldObjects() (*batchv1.Job, *corev1.Pod, *corev1.PersistentVolumeClaim, *corev1.Node) {
 	job := kt.MakeJob("j", "ns").Obj()
 	job.Labels = map[string]string{v1.LabelEnabled: "true"}
@@ -119,6 +159,8 @@ func TestWritesPerRun(t *testing.T) {
 		"create DeferRun ns/j-x",                         // arm
 		"patch PersistentVolumeClaim ns/j-x-kdefer-work", // arm: second owner
 	}
+	// Armed by PVCArmer as the PVC is created: it is born co-owned.
+	armWebhook := []string{"create DeferRun ns/j-x"}
 	release := []string{
 		"delete PersistentVolumeClaim ns/j-x-kdefer-work", // release
 		"update DeferRun ns/j-x/status",                   // Succeeded (with the trigger on the fast path)
@@ -138,8 +180,17 @@ func TestWritesPerRun(t *testing.T) {
 		pdbExists bool
 		// fast: the defer pod is done before the bookkeeping pass.
 		fast bool
-		want []string
+		// webhook: the work PVC is created through PVCArmer.
+		webhook bool
+		want    []string
 	}{
+		"armed by the webhook": {pdbExists: true, webhook: true, want: cat(armWebhook, []string{
+			"create Pod ns/j-x-defer",
+			"update DeferRun ns/j-x/status",
+		}, release)},
+		"armed by the webhook, defer pod done before the bookkeeping pass": {pdbExists: true, webhook: true, fast: true, want: cat(armWebhook, []string{
+			"create Pod ns/j-x-defer",
+		}, release)},
 		"first run of a namespace": {want: cat(arm, []string{
 			"create Pod ns/j-x-defer",                       // the defer pod
 			"create PodDisruptionBudget ns/" + DeferPDBName, // once per namespace, so drain waits
@@ -155,11 +206,18 @@ func TestWritesPerRun(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			job, pod, pvc, n := worldObjects()
-			objs := []client.Object{job, pod, pvc, n}
+			objs := []client.Object{job, pod, n}
+			if !tc.webhook {
+				objs = append(objs, pvc)
+			}
 			if tc.pdbExists {
 				objs = append(objs, BuildDeferPDB(kt.MakeRun("other", "ns").Obj()))
 			}
 			w := newFakeWorld(t, objs...)
+			if tc.webhook {
+				w.settle() // the pod alone: nothing to arm yet
+				w.createThroughArmer(pvc)
+			}
 			w.settle()
 			armed := len(w.writes.Writes())
 			w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
@@ -182,8 +240,8 @@ func TestWritesPerRun(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			if armed != 2 {
-				t.Errorf("arming took %d writes, want 2", armed)
+			if wantArm := map[bool]int{false: 2, true: 1}[tc.webhook]; armed != wantArm {
+				t.Errorf("arming took %d writes, want %d", armed, wantArm)
 			}
 			run := &v1.DeferRun{}
 			if err := w.c.Get(context.Background(), w.key, run); err != nil {
@@ -596,6 +654,42 @@ func TestNamespaceTerminating(t *testing.T) {
 	}
 	if controllerutil.ContainsFinalizer(got, v1.PodFinalizer) {
 		t.Errorf("pod still holds %s", v1.PodFinalizer)
+	}
+}
+
+// TestVolumeNeverCreated: the arming webhook made the run, but the PVC's
+// creation failed after it (a quota) and the pod was deleted before it got
+// one. No defer pod could mount anything: the run is Skipped at once with
+// a reason, rather than a defer pod Pending until its deadline.
+func TestVolumeNeverCreated(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	w := newFakeWorld(t, job, pod, n)
+	w.settle()
+	w.createThroughArmer(pvc)
+	if err := w.base.Delete(context.Background(), pvc); err != nil { // as if never stored
+		t.Fatal(err)
+	}
+	w.settle()
+	pod.Finalizers = nil
+	if err := w.base.Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.base.Delete(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	w.settle()
+	run := &v1.DeferRun{}
+	if err := w.c.Get(context.Background(), w.key, run); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != ReasonVolumeMissing || !strings.Contains(c.Message, pvc.Name) {
+		t.Fatalf("run conditions %+v, want Skipped/%s naming %s", run.Status.Conditions, ReasonVolumeMissing, pvc.Name)
+	}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a defer pod was made for a volume that does not exist: %v", err)
+	}
+	if _, ok := TTLExpiry(run); !ok {
+		t.Error("the run never expires")
 	}
 }
 

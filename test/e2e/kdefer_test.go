@@ -236,6 +236,33 @@ func (b *bg) running() bool {
 	}
 }
 
+// armedAtCreation checks that the arming webhook armed the pod: its work
+// PVC was stored with the DeferRun as second owner when the
+// ephemeral-volume controller created it. A patch by the controller would
+// show in managedFields (an entry owning the run's ownerReference); a
+// webhook's mutation of a creation is not tracked there.
+func (s *scenario) armedAtCreation(pod string) {
+	s.t.Helper()
+	pvc, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).Get(s.ctx, pod+"-kdefer-work", metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var uid string
+	for _, ref := range pvc.OwnerReferences {
+		if ref.Kind == "DeferRun" && ref.Name == pod {
+			uid = string(ref.UID)
+		}
+	}
+	if uid == "" {
+		s.t.Fatalf("work PVC %s owners %+v: no DeferRun", pvc.Name, pvc.OwnerReferences)
+	}
+	for _, mf := range pvc.ManagedFields {
+		if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), uid) {
+			s.t.Errorf("work PVC %s: the DeferRun's ownerReference was written by %s (%s) after the PVC's creation: armed by the controller, not by the webhook", pvc.Name, mf.Manager, mf.Operation)
+		}
+	}
+}
+
 // pvcGuarded checks that the pod's work PVC still exists and is Bound (the
 // admission policy refused the garbage collector's DELETE).
 func (s *scenario) pvcGuarded(pod string) {

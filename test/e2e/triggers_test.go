@@ -28,6 +28,7 @@ func endsAlone(t *testing.T, name string, w workload, trigger v1.Trigger, mod fu
 	}
 	s.create(job)
 	pod := s.waitReady(2 * time.Minute)
+	s.armedAtCreation(pod)
 	run := s.waitFinished(pod, trigger, v1.DeferRunSucceeded, 3*time.Minute)
 	s.checkOutputs("sim", pod, w, trigger)
 	s.volumeReleased(run)

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/controller/certs"
 	kwebhook "github.com/kdefer/kdefer/controller/webhook"
 	"github.com/kdefer/kdefer/render"
@@ -55,6 +56,7 @@ func serveWebhooks(t *testing.T, ctx context.Context, env *envtest.Env) {
 	wio := env.WebhookInstallOptions
 	srv := webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir})
 	kwebhook.Register(srv, kwebhook.NewHandlers(kwebhook.Options{Render: renderOpts}, env.Client))
+	(&controller.PVCArmer{Client: env.Client, Reader: env.Client}).Register(srv)
 	go func() {
 		if err := srv.Start(ctx); err != nil {
 			t.Errorf("webhook server: %v", err)
@@ -413,15 +415,24 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 	for _, w := range vwc.Webhooks {
 		hooks = append(hooks, hook{w.Name, w.FailurePolicy, w.SideEffects, w.TimeoutSeconds, w.ObjectSelector, w.ClientConfig.Service})
 	}
-	paths := map[string]bool{kwebhook.MutateJobPath: true, kwebhook.ValidateJobPath: true, kwebhook.ValidatePolicyPath: true, kwebhook.ValidateEvictionPath: true}
+	paths := map[string]bool{kwebhook.MutateJobPath: true, kwebhook.ValidateJobPath: true, kwebhook.ValidatePolicyPath: true,
+		kwebhook.ValidateEvictionPath: true, controller.ArmPVCPath: true}
 	for _, h := range hooks {
 		// Job and policy webhooks fail closed (nothing unrendered gets in);
-		// the eviction guard fails open (kdefer down must not block drains).
-		wantFP := admissionregistrationv1.Fail
-		if h.name == "evictions.pods.kdefer.io" {
+		// the eviction guard and the arming fail open (kdefer down must
+		// not block drains, nor pods' volumes: the controller arms later).
+		wantFP, wantSE := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+		switch h.name {
+		case "evictions.pods.kdefer.io":
 			wantFP = admissionregistrationv1.Ignore
+		case "arm.persistentvolumeclaims.kdefer.io":
+			// It creates the pod's DeferRun, except on a dry run.
+			wantFP, wantSE = admissionregistrationv1.Ignore, admissionregistrationv1.SideEffectClassNoneOnDryRun
+			if len(h.selector.MatchExpressions) != 1 || h.selector.MatchExpressions[0].Key != v1.LabelWorkVolume {
+				t.Errorf("webhook %s does not select on %s: %+v", h.name, v1.LabelWorkVolume, h.selector)
+			}
 		}
-		if *h.fp != wantFP || *h.se != admissionregistrationv1.SideEffectClassNone || *h.timeout > 10 {
+		if *h.fp != wantFP || *h.se != wantSE || *h.timeout > 10 {
 			t.Errorf("webhook %s: failurePolicy %s sideEffects %s timeout %d", h.name, *h.fp, *h.se, *h.timeout)
 		}
 		if strings.Contains(h.name, "jobs") && h.selector.MatchLabels[v1.LabelEnabled] != "true" {
