@@ -15,6 +15,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,11 +34,15 @@ import (
 
 	"github.com/go-logr/zerologr"
 	"github.com/rs/zerolog"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,6 +73,8 @@ var (
 	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed")
 	creds      = flag.Bool("credentials", false, "managed pods name a credentials Secret (the run checks it exists before its defer pod)")
 	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst here")
+	apiProfile = flag.String("apiserver-cpuprofile", "", "write a CPU profile of the kube-apiserver during the burst here")
+	armWebhook = flag.Bool("arm-webhook", true, "serve the work-PVC arming webhook, as kdefer-controller does (false: the controller arms every pod)")
 )
 
 const (
@@ -103,6 +111,15 @@ func run() error {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 		Scheme:                controller.Scheme(),
+	}
+	if *armWebhook {
+		// Only the arming webhook of deploy/webhook (the bench's Jobs are
+		// not rendered), served by the manager below.
+		hook, err := armWebhookConfig()
+		if err != nil {
+			return err
+		}
+		te.WebhookInstallOptions.MutatingWebhooks = []*admissionregistrationv1.MutatingWebhookConfiguration{hook}
 	}
 	cfg, err := te.Start()
 	if err != nil {
@@ -143,8 +160,12 @@ func run() error {
 	// by default.
 	mcfg := *cfg
 	controller.ClientLimits(&mcfg, *qps, *burstLimit)
+	hooks := webhook.Options{Disabled: true}
+	if wio := te.WebhookInstallOptions; *armWebhook {
+		hooks = webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir, CertMode: webhook.CertModeExternal}
+	}
 	mgr, err := controller.NewManager(ctx, &mcfg, controller.ManagerOptions{
-		MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: webhook.Options{Disabled: true},
+		MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: hooks,
 		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:bench"}, Workers: *workers},
 	})
 	if err != nil {
@@ -255,7 +276,10 @@ func run() error {
 	}
 	logf("created in %s; waiting for every pod to be armed", time.Since(start).Round(time.Millisecond))
 	if err := waitFor(ctx, 10*time.Minute, func() bool {
-		return writes.Total("patch", "PersistentVolumeClaim") >= *nPods
+		// The webhook arms a pod with one write, the controller with two
+		// (the run, then the PVC's second owner).
+		return writes.Total("create", "DeferRun") >= *nPods &&
+			(*armWebhook || writes.Total("patch", "PersistentVolumeClaim") >= *nPods)
 	}); err != nil {
 		return fmt.Errorf("arming: %w", err)
 	}
@@ -289,6 +313,11 @@ func run() error {
 			return err
 		}
 	}
+	apiProf := make(chan error, 1)
+	if *apiProfile != "" {
+		go func() { apiProf <- profileAPIServer(ctx, cfg, *apiProfile, 8) }()
+		time.Sleep(200 * time.Millisecond)
+	}
 	cpu0, wall0 := cpuTimes(), time.Now()
 	if err := terminate(ctx, c, seen, burst, 64); err != nil {
 		return err
@@ -299,6 +328,11 @@ func run() error {
 	cpu1, wall := cpuTimes(), time.Since(wall0)
 	if *cpuProfile != "" {
 		pprof.StopCPUProfile()
+	}
+	if *apiProfile != "" {
+		if err := <-apiProf; err != nil {
+			return fmt.Errorf("apiserver profile: %w", err)
+		}
 	}
 	bl := seen.latencies(burst)
 	logf("burst: p50 %s p99 %s max %s", pct(bl, 50), pct(bl, 99), pct(bl, 100))
@@ -373,6 +407,45 @@ func run() error {
 	fmt.Printf("RESULT bench=controller p50_ms=%d p99_ms=%d steady_p99_ms=%d heap_mib_per_10k=%.1f unmanaged_heap_mib=%.1f writes_per_run=%.1f\n",
 		pct(bl, 50).Milliseconds(), pct(bl, 99).Milliseconds(), pct(sl, 99).Milliseconds(), perTenK, unmanaged, perRun)
 	return nil
+}
+
+// profileAPIServer writes a CPU profile of the kube-apiserver (its
+// /debug/pprof, as the envtest admin) over the next secs seconds.
+func profileAPIServer(ctx context.Context, cfg *rest.Config, path string, secs int) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(secs)).Timeout(time.Duration(secs+30) * time.Second).DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// armWebhookConfig is deploy/webhook's MutatingWebhookConfiguration with
+// only the work-PVC arming webhook.
+func armWebhookConfig() (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	data, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "deploy", "webhook", "webhooks.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	r := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var mwc admissionregistrationv1.MutatingWebhookConfiguration
+		if err := r.Decode(&mwc); err != nil {
+			return nil, fmt.Errorf("no MutatingWebhookConfiguration with the arming webhook in deploy/webhook: %w", err)
+		}
+		if mwc.Kind != "MutatingWebhookConfiguration" {
+			continue
+		}
+		for _, w := range mwc.Webhooks {
+			if w.ClientConfig.Service != nil && w.ClientConfig.Service.Path != nil && *w.ClientConfig.Service.Path == controller.ArmPVCPath {
+				mwc.Webhooks = []admissionregistrationv1.MutatingWebhook{w}
+				return &mwc, nil
+			}
+		}
+	}
 }
 
 func podName(i int) string { return fmt.Sprintf("m-%05d", i) }
