@@ -114,47 +114,45 @@ func stripPod(obj any) (any, error) {
 		}
 		return out
 	}
-	p.Spec.Containers = slim(p.Spec.Containers)
 	// Native sidecars never count (Classify reads regular containers only),
 	// and the work volumes are summarised in one annotation WorkClaims reads.
-	p.Spec.InitContainers = nil
-	p.Spec.EphemeralContainers = nil
-	p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil
-	if sc := p.Spec.SecurityContext; sc != nil {
-		// StageUserOf (BuildRun) reads the users and groups.
-		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup,
-			FSGroup: sc.FSGroup, SupplementalGroups: sc.SupplementalGroups}
-	}
-	p.Spec.NodeSelector, p.Spec.ResourceClaims = nil, nil
 	var work []string
 	for _, c := range WorkClaims(p) {
 		work = append(work, c.Name)
 	}
-	p.Spec.Volumes = nil
 	if len(work) > 0 {
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
 		p.Annotations[annotationCachedWorkVolumes] = strings.Join(work, ",")
 	}
-	conds := p.Status.Conditions[:0]
+	spec := corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: slim(p.Spec.Containers)}
+	if sc := p.Spec.SecurityContext; sc != nil {
+		// StageUserOf (BuildRun) reads the users and groups.
+		spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup,
+			FSGroup: sc.FSGroup, SupplementalGroups: sc.SupplementalGroups}
+	}
+	p.Spec = spec
+	p.GenerateName = ""
+	// Classify reads the phase, the reason, DisruptionTarget conditions and
+	// how each regular container terminated.
+	st := corev1.PodStatus{Phase: p.Status.Phase, Reason: p.Status.Reason}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget {
-			conds = append(conds, c)
+			st.Conditions = append(st.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
 		}
 	}
-	p.Status.Conditions = conds
-	p.Status.PodIPs, p.Status.HostIPs, p.Status.PodIP, p.Status.HostIP = nil, nil, "", ""
-	p.Status.InitContainerStatuses, p.Status.EphemeralContainerStatuses = nil, nil
-	for i := range p.Status.ContainerStatuses {
-		cs := &p.Status.ContainerStatuses[i]
-		cs.Image, cs.ImageID, cs.ContainerID = "", "", ""
-		cs.LastTerminationState = corev1.ContainerState{}
-		cs.Resources, cs.AllocatedResources, cs.VolumeMounts, cs.User = nil, nil, nil, nil
-		if t := cs.State.Terminated; t != nil {
-			t.Message = ""
+	if n := len(p.Status.ContainerStatuses); n > 0 {
+		st.ContainerStatuses = make([]corev1.ContainerStatus, n)
+		for i, cs := range p.Status.ContainerStatuses {
+			st.ContainerStatuses[i].Name = cs.Name
+			if t := cs.State.Terminated; t != nil {
+				st.ContainerStatuses[i].State.Terminated = &corev1.ContainerStateTerminated{
+					ExitCode: t.ExitCode, Signal: t.Signal, Reason: t.Reason, FinishedAt: t.FinishedAt}
+			}
 		}
 	}
+	p.Status = st
 	return p, nil
 }
 
