@@ -107,6 +107,19 @@ func (w *fakeWorld) status(obj client.Object, f func()) {
 	}
 }
 
+// removeByHand deletes pod past kdefer's finalizer, as someone removing
+// the finalizer by hand would (not counted).
+func (w *fakeWorld) removeByHand(pod *corev1.Pod) {
+	w.t.Helper()
+	pod.Finalizers = nil
+	if err := w.base.Update(context.Background(), pod); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.base.Delete(context.Background(), pod); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 // createThroughArmer creates pvc as the ephemeral-volume controller would
 // (not counted), through PVCArmer's admission (counted).
 func (w *fakeWorld) createThroughArmer(pvc *corev1.PersistentVolumeClaim) {
@@ -600,13 +613,7 @@ func TestPodGoneWithoutNode(t *testing.T) {
 	pod.Spec.NodeName = ""
 	w := newFakeWorld(t, job, pod, pvc, n)
 	w.settle()
-	pod.Finalizers = nil
-	if err := w.base.Update(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.base.Delete(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
+	w.removeByHand(pod)
 	w.settle()
 	dp := &corev1.Pod{}
 	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); err != nil {
@@ -670,13 +677,7 @@ func TestVolumeNeverCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.settle()
-	pod.Finalizers = nil
-	if err := w.base.Update(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.base.Delete(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
+	w.removeByHand(pod)
 	w.settle()
 	run := &v1.DeferRun{}
 	if err := w.c.Get(context.Background(), w.key, run); err != nil {
