@@ -42,6 +42,8 @@ type RunReconciler struct {
 	// for secretTTL: Secrets are not cached, so without it every run of a
 	// burst would read its Secret from the apiserver before its defer pod.
 	secretSeen map[types.NamespacedName]time.Time
+	// created counts defer pod creations, to tell a burst (bookkeepingAt).
+	created creationRate
 }
 
 // secretTTL is how long a Secret seen to exist is not read again.
@@ -112,14 +114,6 @@ func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	res, err := r.reconcile(ctx, run)
 	return quiet(ctx, res, err)
 }
-
-// bookkeepingDelay separates a defer pod's creation from the status write
-// that records it (trigger, StagingOut), so that in a burst the apiserver
-// serves the creations first, and a defer pod done by then (a small
-// stage-out) needs only its final status: one write less. The namespace's
-// PodDisruptionBudget is made with the first defer pod, not here, so the
-// delay leaves no defer pod unprotected.
-const bookkeepingDelay = 5 * time.Second
 
 // runState is one pass over a run: the status being built, the events to
 // emit once it is written, and follow-up actions.
@@ -603,6 +597,7 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 		return err
 	}
 	Metrics.Writes.WithLabelValues("defer-pod").Inc()
+	r.created.add(s.now)
 	Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())
 	s.created = true
 	return r.ensurePDB(ctx, run)
@@ -653,11 +648,12 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 		s.status.ManifestURL = o.Summary.ManifestURL
 	}
 	if !o.Done {
-		if due := pod.CreationTimestamp.Add(bookkeepingDelay); s.run.Status.Trigger == "" && s.now.Before(due) {
-			// A kubelet status update before the bookkeeping pass: nothing
-			// worth a write yet.
+		if at := bookkeepingAt(pod.CreationTimestamp.Time, s.now, r.created.burst(s.now)); s.run.Status.Trigger == "" && !at.IsZero() {
+			// A kubelet status update before the bookkeeping pass, or a
+			// burst of defer pod creations going on: nothing worth a
+			// write yet.
 			s.postponed = true
-			s.requeueAt(due)
+			s.requeueAt(at)
 			return nil
 		}
 		s.cond(v1.DeferRunStagingOut, true, ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
