@@ -32,12 +32,10 @@ const ArmPVCPath = "/mutate-v1-persistentvolumeclaim"
 // (a quota, another webhook) leaves the run waiting; the ephemeral-volume
 // controller retries the PVC, which then finds the run.
 type PVCArmer struct {
-	// Client creates runs and reads pods, runs and policies from the
-	// manager's cache.
+	// Client creates runs and reads policies (the manager's cache).
 	Client client.Client
-	// Reader reads from the API server what the cache does not hold yet:
-	// the pod was created a moment ago, its run perhaps too (a retried
-	// request).
+	// Reader reads the pod and an existing run from the API server: the pod
+	// was created a moment ago, the run perhaps too, by a retried request.
 	Reader client.Reader
 }
 
@@ -88,21 +86,16 @@ func (a *PVCArmer) Handle(ctx context.Context, req admission.Request) admission.
 // when the pod is not one to arm now (not managed, gone, being deleted) or
 // a run of its name serves another pod.
 func (a *PVCArmer) runFor(ctx context.Context, ns string, ref *metav1.OwnerReference) (*v1.DeferRun, error) {
-	key := types.NamespacedName{Namespace: ns, Name: ref.Name}
 	pod := &corev1.Pod{}
-	err := a.Client.Get(ctx, key, pod)
-	if apierrors.IsNotFound(err) || (err == nil && pod.UID != ref.UID) {
-		err = a.Reader.Get(ctx, key, pod) // not cached yet
-	}
-	if err != nil {
+	if err := a.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, pod); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	if pod.UID != ref.UID || pod.Labels[v1.LabelManaged] != "true" || pod.DeletionTimestamp != nil {
 		return nil, nil
 	}
-	existing := func(r client.Reader) (*v1.DeferRun, error) {
+	existing := func() (*v1.DeferRun, error) {
 		run := &v1.DeferRun{}
-		if err := r.Get(ctx, key, run); err != nil {
+		if err := a.Reader.Get(ctx, client.ObjectKeyFromObject(pod), run); err != nil {
 			return nil, err
 		}
 		if run.Spec.PodUID != pod.UID {
@@ -110,7 +103,7 @@ func (a *PVCArmer) runFor(ctx context.Context, ns string, ref *metav1.OwnerRefer
 		}
 		return run, nil
 	}
-	if run, err := existing(a.Client); !apierrors.IsNotFound(err) {
+	if run, err := existing(); !apierrors.IsNotFound(err) {
 		return run, err
 	}
 	run, err := RunFor(ctx, a.Client, pod)
@@ -119,7 +112,7 @@ func (a *PVCArmer) runFor(ctx context.Context, ns string, ref *metav1.OwnerRefer
 	}
 	if err := a.Client.Create(ctx, run); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return existing(a.Reader)
+			return existing()
 		}
 		return nil, err
 	}
