@@ -251,6 +251,15 @@ func BuildDeferPDB(run *v1.DeferRun) *policyv1.PodDisruptionBudget {
 // kubernetes.io/pvc-protection keeps while any pod mounts it, then goes at
 // once and its disk is freed, instead of after the run's TTL. A retained
 // volume keeps its defer pod, and its logs, until it is released.
+//
+// The references must block the owner's deletion. A foreground delete waits
+// only for blocking dependents: with a non-blocking reference the garbage
+// collector drops the PVC's foregroundDeletion finalizer at once, and the
+// defer pod is deleted only if the collector happened to look at it while
+// that finalizer was still there. Otherwise the PVC (kept by pvc-protection
+// while the pod exists) counts as a live owner, the pod waits for the PVC
+// and the PVC for the pod, until something else deletes either (seen: 72 s,
+// until the Job was deleted; at worst the run's TTL).
 func OwnByVolumes(pod *corev1.Pod, run *v1.DeferRun, pvcs map[string]*corev1.PersistentVolumeClaim) bool {
 	refs := make([]metav1.OwnerReference, 0, len(run.Spec.Volumes))
 	for _, v := range run.Spec.Volumes {
@@ -262,7 +271,7 @@ func OwnByVolumes(pod *corev1.Pod, run *v1.DeferRun, pvcs map[string]*corev1.Per
 		// a pod without one ("declare no controller") instead of waiting
 		// for its PodDisruptionBudget.
 		refs = append(refs, metav1.OwnerReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: pvc.Name, UID: pvc.UID,
-			Controller: ptr.To(len(refs) == 0), BlockOwnerDeletion: ptr.To(false)})
+			Controller: ptr.To(len(refs) == 0), BlockOwnerDeletion: ptr.To(true)})
 	}
 	if len(refs) == 0 {
 		return false

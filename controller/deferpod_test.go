@@ -280,11 +280,13 @@ func TestStageUser(t *testing.T) {
 // TestDeferPodOwnership: a defer pod is owned by its run's work PVCs when
 // all of them are known (so the release's foreground deletion takes it and
 // frees the disk), else by the run; either way it is recognised as the run's
-// and mapped back to it, and never as another run's.
+// and mapped back to it, and never as another run's. The PVC references
+// block their owner's deletion: a foreground delete waits only for blocking
+// dependents, and without it the defer pod could outlive the release.
 func TestDeferPodOwnership(t *testing.T) {
 	pvcRef := func(name, uid string, controller bool) metav1.OwnerReference {
 		return metav1.OwnerReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: name, UID: types.UID(uid),
-			Controller: ptr.To(controller), BlockOwnerDeletion: ptr.To(false)}
+			Controller: ptr.To(controller), BlockOwnerDeletion: ptr.To(true)}
 	}
 	pvc := func(name, uid string) *corev1.PersistentVolumeClaim {
 		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(uid)}}

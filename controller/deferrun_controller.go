@@ -89,6 +89,9 @@ func (r *RunReconciler) secretExists(ctx context.Context, key types.NamespacedNa
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;update;patch;delete
+// The defer pod's owner references to its PVCs block their deletion; where the
+// OwnerReferencesPermissionEnforcement admission plugin is on, that needs:
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
