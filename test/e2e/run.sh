@@ -58,5 +58,18 @@ export KDEFER_E2E_S3=$E2E_MINIO_ADDR
 deploy_kdefer
 log "kdefer ready after $((SECONDS - start))s; running the e2e tests"
 # -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
-# shellcheck disable=SC2086
-KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 -v ${KDEFER_E2E_FLAGS:-} ./test/e2e/
+# KDEFER_E2E_RUNS=N (make e2e-soak N=…) runs the whole tier N times on this one
+# cluster and prints a table of scenario × run; any failed run fails the tier.
+# Nothing is retried: a scenario that fails once in N is a bug to find.
+runs=${KDEFER_E2E_RUNS:-1}
+failed=0
+for ((i = 1; i <= runs; i++)); do
+	((runs == 1)) || log "e2e run $i of $runs"
+	# shellcheck disable=SC2086
+	if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 -v ${KDEFER_E2E_FLAGS:-} ./test/e2e/ 2>&1 |
+		tee "$STATE/run-$i.log"; then
+		failed=$((failed + 1))
+	fi
+done
+((runs == 1)) || "$ROOT/test/e2e/soak-table.sh" "$STATE"/run-*.log
+((failed == 0)) || { log "$failed of $runs e2e runs failed"; exit 1; }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make fuzz: a short run of every fuzz target in the module.
+#
+# Each package's test binary is built once, with fuzzing instrumentation
+# (`go test -c -fuzz=.`), and then run once per target: `go test -fuzz`
+# accepts one target per invocation and relinks (and, with a cold cache,
+# recompiles) the package's instrumented test binary each time.
+#
+#   hack/fuzz.sh [FUZZTIME]   # default 10000x: a count of executions, not a
+#                             # duration (Go 1.26's coordinator can fail a
+#                             # duration-bounded run at its deadline with a
+#                             # spurious "context deadline exceeded" on a
+#                             # loaded machine, golang/go#75804)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${1:-10000x}
+out=$PWD/bin/fuzz
+mkdir -p "$out"
+# The seed corpus and crashers stay where `go test -fuzz` keeps them.
+cache=$(go env GOCACHE)/fuzz
+
+declare -A targets
+while IFS=: read -r file fn; do
+	pkg=./$(dirname "$file")
+	targets[$pkg]+="${fn#func } "
+done < <(git ls-files '*_test.go' | xargs grep -Ho '^func Fuzz[A-Za-z0-9_]*')
+
+for pkg in $(printf '%s\n' "${!targets[@]}" | sort); do
+	bin=$out/$(echo "${pkg#./}" | tr / _).test
+	go test -c -fuzz=. -o "$bin" "$pkg"
+	for fn in ${targets[$pkg]}; do
+		echo "fuzz $pkg $fn ($fuzztime)"
+		# A test binary runs in its package's directory, where testdata/fuzz is.
+		(cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^$fn\$" -test.fuzztime "$fuzztime" \
+			-test.fuzzcachedir "$cache/$(go list "$pkg")")
+	done
+done

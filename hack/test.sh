@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# make test: every tier, timed, in the order that uses a 2-core machine best.
+#
+#   tools  (background) builds etcd, MinIO and Kubernetes once per version
+#          into ~/.cache/kdefer/tools; warm, it only checks that they exist.
+#   verify and fuzz need none of them, so they run while the tools build.
+#   unit   needs the tools (envtest's apiserver and etcd, MinIO).
+#   e2e    needs the tools and root; KDEFER_SKIP_E2E=1 leaves it out.
+#
+# Each tier's wall time goes to bin/tiers.tsv and is printed as a table at
+# the end, green or red, so the budget in the README is measured, not guessed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p bin
+table=bin/tiers.tsv
+: >"$table"
+start=$SECONDS
+
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$table"; }
+
+# tier NAME CMD...: runs CMD, records its wall time and result.
+tier() {
+	local name=$1 t0=$SECONDS rc=0; shift
+	echo "=== tier $name: $*"
+	"$@" || rc=$?
+	record "$name" "$((SECONDS - t0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+	return $rc
+}
+
+summary() {
+	local rc=$?
+	echo
+	echo "tier      seconds  result"
+	while IFS=$'\t' read -r name secs result; do
+		printf '%-9s %7s  %s\n' "$name" "$secs" "$result"
+	done <"$table"
+	printf '%-9s %7s  %s\n' total "$((SECONDS - start))" "$([ $rc = 0 ] && echo ok || echo FAILED)"
+}
+trap summary EXIT
+
+tools_log=bin/tools.log
+(
+	t0=$SECONDS rc=0
+	make --no-print-directory tools >"$tools_log" 2>&1 || rc=$?
+	record tools "$((SECONDS - t0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+	exit $rc
+) &
+tools_pid=$!
+
+tier verify make --no-print-directory verify
+tier fuzz make --no-print-directory fuzz
+
+echo "=== waiting for the tool builds (log: $tools_log)"
+if ! wait "$tools_pid"; then
+	tail -n 50 "$tools_log"
+	exit 1
+fi
+cat "$tools_log"
+make --no-print-directory envtest-assets >/dev/null
+tier unit make --no-print-directory unit
+if [[ ${KDEFER_SKIP_E2E:-0} == 1 ]]; then
+	echo "KDEFER_SKIP_E2E=1: the e2e tier is left out"
+else
+	tier e2e make --no-print-directory e2e
+fi
