@@ -181,12 +181,12 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	s := &runState{run: run, status: run.Status.DeepCopy(), now: r.clock.Now()}
 	var err error
 	switch {
-	case Finished(run):
+	case v1.Finished(run):
 		err = r.afterFinish(ctx, s)
 	case run.DeletionTimestamp != nil:
 		// Deleted before it finished (by a person, or with its namespace):
 		// stop, release the volume, and let it go.
-		err = r.finish(ctx, s, v1.DeferRunSkipped, ReasonRunDeleted, "the DeferRun was deleted before it finished", r.deferPod(ctx, run))
+		err = r.finish(ctx, s, v1.DeferRunSkipped, v1.ReasonRunDeleted, "the DeferRun was deleted before it finished", r.deferPod(ctx, run))
 	case s.status.Trigger == "":
 		// Armed until the pod ends: nothing to write then. The Armed
 		// condition and the trigger come with the first status write that
@@ -217,7 +217,7 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		return reconcile.Result{}, err
 	}
 	r.emit(ctx, s)
-	if run.DeletionTimestamp != nil && Finished(run) && meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
+	if run.DeletionTimestamp != nil && v1.Finished(run) && meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
 		if err := r.deleteLeftoverDeferPod(ctx, run); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -233,7 +233,7 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 // deferPod returns the run's defer pod from the cache, nil if none.
 func (r *RunReconciler) deferPod(ctx context.Context, run *v1.DeferRun) *corev1.Pod {
 	pod := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, pod); err != nil || !IsDeferPodOf(pod, run) {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, pod); err != nil || !IsDeferPodOf(pod, run) {
 		return nil
 	}
 	return pod
@@ -279,7 +279,7 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 		node = pod.Spec.NodeName
 	}
 	dp := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, dp); err == nil && IsDeferPodOf(dp, run) {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, dp); err == nil && IsDeferPodOf(dp, run) {
 		for _, e := range dp.Spec.Containers[0].Env {
 			switch {
 			case e.Name == v1.EnvTrigger && v1.Trigger(e.Value).IsValid():
@@ -295,9 +295,9 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 	applyTrigger(s.status, class, node, at)
 	switch {
 	case class.Skip:
-		s.skipReason, s.skipMsg = ReasonForceDeleted, "the pod was deleted with grace period 0 before its containers ended"
+		s.skipReason, s.skipMsg = v1.ReasonForceDeleted, "the pod was deleted with grace period 0 before its containers ended"
 	case pod != nil && skipRequested(pod, job):
-		s.skipReason, s.skipMsg = ReasonSkipped, fmt.Sprintf("annotation %s on the pod or Job", v1.AnnotationSkip)
+		s.skipReason, s.skipMsg = v1.ReasonSkipped, fmt.Sprintf("annotation %s on the pod or Job", v1.AnnotationSkip)
 	}
 	return true, nil
 }
@@ -317,7 +317,7 @@ func applyTrigger(st *v1.DeferRunStatus, class Classification, node string, at t
 func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
 	run := s.run
 	trig := s.status.Trigger
-	s.cond(v1.DeferRunArmed, true, ReasonArmed, fmt.Sprintf("work volume of pod %s co-owned", run.Spec.PodName))
+	s.cond(v1.DeferRunArmed, true, v1.ReasonArmed, fmt.Sprintf("work volume of pod %s co-owned", run.Spec.PodName))
 	s.cond(v1.DeferRunTriggered, true, string(trig), fmt.Sprintf("pod %s ended: %s (exit code %d)", run.Spec.PodName, trig, ExitCode(s.status.ExitCodes)))
 	if s.status.TriggeredAt == nil {
 		s.status.TriggeredAt = &metav1.Time{Time: s.now}
@@ -334,14 +334,14 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) error {
 	}
 	steps := Steps(s.view(), r.opts)
 	if len(steps) == 0 {
-		reason := ReasonNothingToRun
+		reason := v1.ReasonNothingToRun
 		if run.Spec.Policy.RuleFor(trig).Action == v1.TriggerActionSkip {
-			reason = ReasonRuleSkip
+			reason = v1.ReasonRuleSkip
 		}
 		return r.finish(ctx, s, v1.DeferRunSkipped, reason, fmt.Sprintf("no step runs for trigger %s", trig), nil)
 	}
 	pod := &corev1.Pod{}
-	err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, pod)
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, pod)
 	if apierrors.IsNotFound(err) {
 		pod = nil
 	} else if err != nil {
@@ -387,9 +387,9 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 			r.exp.expect("DeferRun", run)
 			return true, errRequeue
 		}
-		problem, reason = perr, ReasonPolicyNotFound
+		problem, reason = perr, v1.ReasonPolicyNotFound
 		if run.Spec.PolicyName == "" {
-			reason = ReasonBadAnnotation
+			reason = v1.ReasonBadAnnotation
 		}
 	}
 	if problem == "" && run.Spec.Policy.Credentials != nil && run.Spec.Policy.StageOut != nil && s.status.DeferPodName == "" {
@@ -399,19 +399,19 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 		case err != nil:
 			return true, err
 		case !found:
-			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), ReasonSecretNotFound
+			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), v1.ReasonSecretNotFound
 		}
 	}
 	if problem == "" {
 		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue {
-			s.cond(v1.DeferRunConfigError, false, ReasonResolved, "configuration resolved")
-			s.events = append(s.events, event{corev1.EventTypeNormal, ReasonResolved, "configuration resolved; the run proceeds", false})
+			s.cond(v1.DeferRunConfigError, false, v1.ReasonResolved, "configuration resolved")
+			s.events = append(s.events, event{corev1.EventTypeNormal, v1.ReasonResolved, "configuration resolved; the run proceeds", false})
 		}
 		return false, nil
 	}
 	deadline := s.status.TriggeredAt.Add(run.Spec.Policy.Deadline.Duration)
 	if !s.now.Before(deadline) {
-		return true, r.finish(ctx, s, v1.DeferRunFailed, ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
+		return true, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
 	}
 	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c == nil || c.Status != metav1.ConditionTrue || c.Message != problem {
 		s.events = append(s.events, event{corev1.EventTypeWarning, reason, problem, false})
@@ -486,12 +486,12 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 				return true, false, nil
 			}
 		}
-		return false, true, r.finish(ctx, s, v1.DeferRunFailed, ReasonNodeLost, v.Message, pod)
+		return false, true, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonNodeLost, v.Message, pod)
 	}
-	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut); c == nil || c.Reason != ReasonNodeNotReady {
-		s.events = append(s.events, event{corev1.EventTypeWarning, ReasonNodeNotReady, v.Message, false})
+	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut); c == nil || c.Reason != v1.ReasonNodeNotReady {
+		s.events = append(s.events, event{corev1.EventTypeWarning, v1.ReasonNodeNotReady, v.Message, false})
 	}
-	s.cond(v1.DeferRunStagingOut, false, ReasonNodeNotReady, v.Message)
+	s.cond(v1.DeferRunStagingOut, false, v1.ReasonNodeNotReady, v.Message)
 	s.requeueAt(v.RetryAt)
 	return false, true, nil
 }
@@ -578,7 +578,7 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 			// No defer pod could mount them: never created (the PVC's
 			// creation failed after the arming webhook made the run), or
 			// deleted by someone.
-			return r.finish(ctx, s, v1.DeferRunSkipped, ReasonVolumeMissing,
+			return r.finish(ctx, s, v1.DeferRunSkipped, v1.ReasonVolumeMissing,
 				fmt.Sprintf("no work PVC of pod %s exists (%s): there is nothing to stage out", run.Spec.PodName, run.Spec.Volumes[0].ClaimName), nil)
 		}
 	}
@@ -594,7 +594,7 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			// Nothing can be created in a namespace being deleted, and its
 			// volumes go with it: retrying would hold the namespace forever.
-			return r.finish(ctx, s, v1.DeferRunSkipped, ReasonNamespaceDeleted,
+			return r.finish(ctx, s, v1.DeferRunSkipped, v1.ReasonNamespaceDeleted,
 				fmt.Sprintf("namespace %s is being deleted: no defer pod can run in it", run.Namespace), nil)
 		}
 		return err
@@ -659,7 +659,7 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 			s.requeueAt(at)
 			return nil
 		}
-		s.cond(v1.DeferRunStagingOut, true, ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
+		s.cond(v1.DeferRunStagingOut, true, v1.ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
 		return nil
 	}
 	if o.Failed {
@@ -669,7 +669,7 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 	if o.Summary != nil {
 		msg = fmt.Sprintf("staged out %d objects (%d bytes, %d already there) to %s", o.Summary.Objects, o.Summary.Bytes, o.Summary.Skipped, o.Summary.ManifestURL)
 	}
-	return r.finish(ctx, s, v1.DeferRunSucceeded, ReasonSucceeded, msg, pod)
+	return r.finish(ctx, s, v1.DeferRunSucceeded, v1.ReasonSucceeded, msg, pod)
 }
 
 // finish marks the run final, stops a defer pod that still runs, and handles
@@ -685,8 +685,8 @@ func (r *RunReconciler) finish(ctx context.Context, s *runState, typ, reason, ms
 	if meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut) != nil {
 		s.cond(v1.DeferRunStagingOut, false, reason, "")
 	}
-	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue && reason != ReasonConfigError {
-		s.cond(v1.DeferRunConfigError, false, ReasonResolved, "")
+	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue && reason != v1.ReasonConfigError {
+		s.cond(v1.DeferRunConfigError, false, v1.ReasonResolved, "")
 	}
 	s.status.CompletionTime = &metav1.Time{Time: s.now}
 	s.finishedNow = true
@@ -728,7 +728,7 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 			msg += fmt.Sprintf(" (released automatically at %s)", due.UTC().Format(time.RFC3339))
 			s.requeueAt(due)
 		}
-		s.cond(v1.DeferRunVolumeReleased, false, ReasonRetained, msg)
+		s.cond(v1.DeferRunVolumeReleased, false, v1.ReasonRetained, msg)
 		return nil
 	}
 	for _, v := range s.run.Spec.Volumes {
@@ -755,14 +755,14 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 		r.exp.forget("PersistentVolumeClaim", pvc)
 		Metrics.Writes.WithLabelValues("release-volume").Inc()
 	}
-	s.cond(v1.DeferRunVolumeReleased, true, ReasonReleased, "work volume deleted")
+	s.cond(v1.DeferRunVolumeReleased, true, v1.ReasonReleased, "work volume deleted")
 	s.events = append(s.events, event{corev1.EventTypeNormal, "VolumeReleased", "work volume deleted", true})
 	return nil
 }
 
 // writeStatus is the pass's one status write, skipped when nothing changed.
 func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
-	s.status.State = State(s.status)
+	s.status.State = v1.StateOf(s.status)
 	for i := range s.status.Conditions {
 		// A policy resolved after a config error bumped the generation.
 		s.status.Conditions[i].ObservedGeneration = s.run.Generation
@@ -827,11 +827,11 @@ func (r *RunReconciler) removeFinalizer(ctx context.Context, run *v1.DeferRun) e
 }
 
 func skipOf(run *v1.DeferRun) (string, string) {
-	if run.Annotations[AnnotationRelease] == "true" {
-		return ReasonReleasedByHand, "released by hand before the run finished"
+	if run.Annotations[v1.AnnotationRelease] == "true" {
+		return v1.ReasonReleasedByHand, "released by hand before the run finished"
 	}
 	if run.Annotations[v1.AnnotationSkip] == "true" {
-		return ReasonSkipped, fmt.Sprintf("annotation %s on the pod or Job", v1.AnnotationSkip)
+		return v1.ReasonSkipped, fmt.Sprintf("annotation %s on the pod or Job", v1.AnnotationSkip)
 	}
 	return "", ""
 }

@@ -17,12 +17,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
-	"github.com/kdefer/kdefer/controller/webhook"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -67,11 +69,18 @@ func (h *harness) start() {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := controller.NewManager(ctx, h.env.Config, controller.ManagerOptions{
-		MetricsAddr: "0", ProbeAddr: "0", NewClient: h.writes.NewClient, Webhook: webhook.Options{Disabled: true},
-		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}, Workers: 4},
+	// The controllers as kdefer-controller wires them (cmd/kdefer-controller/app),
+	// without the webhooks, probes and leader election.
+	mgr, err := ctrl.NewManager(h.env.Config, ctrl.Options{
+		Scheme:                  controller.Scheme(),
+		Cache:                   controller.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		GracefulShutdownTimeout: ptr.To(10 * time.Second),
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+		NewClient:               h.writes.NewClient,
 	})
 	must(h.t, err)
+	must(h.t, controller.SetupWithManager(ctx, mgr, controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}, Workers: 4}))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -186,7 +195,7 @@ func (h *harness) deletePod(pod *corev1.Pod, grace int64) {
 }
 
 func (h *harness) waitDeferPod(run *v1.DeferRun) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: controller.DeferPodName(run), Namespace: run.Namespace}}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: v1.DeferPodName(run), Namespace: run.Namespace}}
 	h.eventually("defer pod created", func() (bool, error) { err := h.get(p); return err == nil, err })
 	return p
 }
@@ -368,8 +377,8 @@ func testFailures(h *harness) {
 		restarts int32
 		reason   string
 	}{
-		{"permanent", v1.ExitPermanent, 0, controller.ReasonPermanentError},
-		{"retries", 1, 4, controller.ReasonRetriesExhausted},
+		{"permanent", v1.ExitPermanent, 0, v1.ReasonPermanentError},
+		{"retries", 1, 4, v1.ReasonRetriesExhausted},
 	} {
 		_, pod := h.managedJobPod(ns, tc.name)
 		run := h.waitArmed(pod)
@@ -436,12 +445,12 @@ func testForceDelete(h *harness) {
 	run := h.waitArmed(pod)
 	h.deletePod(pod, 0)
 	h.waitFinished(run, v1.DeferRunSkipped)
-	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c.Reason != controller.ReasonForceDeleted {
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c.Reason != v1.ReasonForceDeleted {
 		h.t.Errorf("Skipped reason %s", c.Reason)
 	}
 	h.waitPodReleased(pod)
 	h.eventually("PVC released", func() (bool, error) { return h.pvcGone(pod) })
-	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: controller.DeferPodName(run), Namespace: ns}}
+	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: v1.DeferPodName(run), Namespace: ns}}
 	if err := h.get(dp); !apierrors.IsNotFound(err) {
 		h.t.Errorf("defer pod exists after a forced deletion: %v", err)
 	}
@@ -615,7 +624,7 @@ func testRunDeleted(h *harness) {
 		}
 		return false, err
 	})
-	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: controller.DeferPodName(run), Namespace: ns}}
+	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: v1.DeferPodName(run), Namespace: ns}}
 	if err := h.get(dp); err == nil && dp.DeletionTimestamp == nil {
 		h.t.Errorf("a defer pod runs for a deleted run")
 	}

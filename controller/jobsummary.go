@@ -132,7 +132,7 @@ func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.Namesp
 	var orphans []*v1.DeferRun
 	for i := range runs {
 		run := &runs[i]
-		if run.DeletionTimestamp != nil || !Finished(run) || (job != nil && job.DeletionTimestamp == nil && run.Labels[labelJobUID] == string(job.UID)) {
+		if run.DeletionTimestamp != nil || !v1.Finished(run) || (job != nil && job.DeletionTimestamp == nil && run.Labels[labelJobUID] == string(job.UID)) {
 			continue
 		}
 		orphans = append(orphans, run)
@@ -171,7 +171,7 @@ func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job, all []v
 	}
 	finished := 0
 	for i := range runs {
-		if Finished(&runs[i]) {
+		if v1.Finished(&runs[i]) {
 			finished++
 		}
 	}

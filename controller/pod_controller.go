@@ -81,7 +81,7 @@ func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconci
 	// Finalizer first, then act: a running pod without it (render not
 	// applied, or removed by hand) gets it back; not a pod whose run has
 	// finished or that is done, since the finalizer was removed on purpose.
-	if !s.class.Done && pod.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) && (s.run == nil || !Finished(s.run)) {
+	if !s.class.Done && pod.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) && (s.run == nil || !v1.Finished(s.run)) {
 		return reconcile.Result{}, r.addPodFinalizer(ctx, pod)
 	}
 	if err := r.loadClaims(ctx, s); err != nil {
@@ -109,7 +109,7 @@ func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconci
 	if err := r.prePull(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	if Finished(s.run) {
+	if v1.Finished(s.run) {
 		return reconcile.Result{}, r.releasePod(ctx, pod)
 	}
 	return reconcile.Result{}, nil
@@ -159,7 +159,7 @@ func (r *PodReconciler) loadRun(ctx context.Context, s *podState) (reconcile.Res
 		return reconcile.Result{RequeueAfter: time.Second}, nil, true
 	}
 	if run.Spec.PodUID != s.pod.UID {
-		if Finished(run) && run.DeletionTimestamp == nil {
+		if v1.Finished(run) && run.DeletionTimestamp == nil {
 			log.FromContext(ctx).Info("deleting the finished run of an earlier pod of this name", "deferrun", run.Name, "podUID", run.Spec.PodUID)
 			return reconcile.Result{RequeueAfter: time.Second}, client.IgnoreNotFound(r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID})), true
 		}
@@ -266,7 +266,7 @@ func (r *PodReconciler) adopt(ctx context.Context, s *podState) error {
 // asks for it (`kdefer skip`) after the run was armed.
 func (r *PodReconciler) propagateSkip(ctx context.Context, s *podState) error {
 	run := s.run
-	if !skipRequested(s.pod, s.job) || Finished(run) || run.Annotations[v1.AnnotationSkip] == "true" {
+	if !skipRequested(s.pod, s.job) || v1.Finished(run) || run.Annotations[v1.AnnotationSkip] == "true" {
 		return nil
 	}
 	orig := run.DeepCopy()

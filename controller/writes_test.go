@@ -2,28 +2,23 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
-	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
@@ -121,34 +116,16 @@ func (w *fakeWorld) removeByHand(pod *corev1.Pod) {
 }
 
 // createThroughArmer creates pvc as the ephemeral-volume controller would
-// (not counted), through PVCArmer's admission (counted).
+// (not counted), armed as package webhook's PVCArmer arms it (counted).
 func (w *fakeWorld) createThroughArmer(pvc *corev1.PersistentVolumeClaim) {
 	w.t.Helper()
-	raw, err := json.Marshal(pvc)
+	out := pvc.DeepCopy()
+	run, err := RunForNewClaim(context.Background(), w.c, w.c, pvc.Namespace, metav1.GetControllerOfNoCopy(pvc))
 	if err != nil {
-		w.t.Fatal(err)
+		w.t.Fatalf("arming at volume creation: %v", err)
 	}
-	resp := (&PVCArmer{Client: w.c, Reader: w.c}).Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		Operation: admissionv1.Create, Namespace: pvc.Namespace, Name: pvc.Name, Object: runtime.RawExtension{Raw: raw}}})
-	if !resp.Allowed {
-		w.t.Fatalf("PVC creation refused: %+v", resp.Result)
-	}
-	if len(resp.Patches) > 0 {
-		ops, err := json.Marshal(resp.Patches)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		p, err := jsonpatch.DecodePatch(ops)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if raw, err = p.Apply(raw); err != nil {
-			w.t.Fatal(err)
-		}
-	}
-	out := &corev1.PersistentVolumeClaim{}
-	if err := json.Unmarshal(raw, out); err != nil {
-		w.t.Fatal(err)
+	if run != nil {
+		ArmClaim(out, run)
 	}
 	if err := w.base.Create(context.Background(), out); err != nil {
 		w.t.Fatal(err)
@@ -437,7 +414,7 @@ func TestReleaseByHand(t *testing.T) {
 	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(pvc), pvc); err != nil {
 		t.Fatalf("PVC not retained: %v", err)
 	}
-	setAnnotation(run, AnnotationRelease, "true")
+	setAnnotation(run, v1.AnnotationRelease, "true")
 	if err := w.base.Update(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +440,7 @@ func TestMissingSecret(t *testing.T) {
 	run := &v1.DeferRun{}
 	_ = w.c.Get(context.Background(), w.key, run)
 	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonSecretNotFound || !strings.Contains(c.Message, "ns/s3-creds") {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1.ReasonSecretNotFound || !strings.Contains(c.Message, "ns/s3-creds") {
 		t.Fatalf("ConfigError condition %+v", c)
 	}
 	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
@@ -649,8 +626,8 @@ func TestNamespaceTerminating(t *testing.T) {
 	if err := w.c.Get(context.Background(), w.key, run); err != nil {
 		t.Fatal(err)
 	}
-	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != ReasonNamespaceDeleted {
-		t.Fatalf("run conditions %+v, want Skipped with reason %s", run.Status.Conditions, ReasonNamespaceDeleted)
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != v1.ReasonNamespaceDeleted {
+		t.Fatalf("run conditions %+v, want Skipped with reason %s", run.Status.Conditions, v1.ReasonNamespaceDeleted)
 	}
 	if !meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
 		t.Errorf("volume not released: %+v", run.Status.Conditions)
@@ -683,8 +660,8 @@ func TestVolumeNeverCreated(t *testing.T) {
 	if err := w.c.Get(context.Background(), w.key, run); err != nil {
 		t.Fatal(err)
 	}
-	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != ReasonVolumeMissing || !strings.Contains(c.Message, pvc.Name) {
-		t.Fatalf("run conditions %+v, want Skipped/%s naming %s", run.Status.Conditions, ReasonVolumeMissing, pvc.Name)
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != v1.ReasonVolumeMissing || !strings.Contains(c.Message, pvc.Name) {
+		t.Fatalf("run conditions %+v, want Skipped/%s naming %s", run.Status.Conditions, v1.ReasonVolumeMissing, pvc.Name)
 	}
 	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a defer pod was made for a volume that does not exist: %v", err)
@@ -710,7 +687,7 @@ func TestJobSummaryCoalesced(t *testing.T) {
 	finished := func(name string) *v1.DeferRun {
 		run := kt.MakeRun(name, "ns").Job("j").Trigger(v1.TriggerSucceeded, 0).Obj()
 		run.Labels[labelJobUID] = string(job.UID)
-		setCondition(&run.Status, 0, v1.DeferRunSucceeded, true, ReasonSucceeded, "")
+		setCondition(&run.Status, 0, v1.DeferRunSucceeded, true, v1.ReasonSucceeded, "")
 		return run
 	}
 	w := newFakeWorld(t, job, finished("j-a"))

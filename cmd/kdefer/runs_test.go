@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
 )
 
@@ -38,7 +37,7 @@ func finishedJob() *batchv1.Job {
 }
 
 func fakeClient(objs ...client.Object) client.Client {
-	return fake.NewClientBuilder().WithScheme(controller.Scheme()).WithObjects(objs...).Build()
+	return fake.NewClientBuilder().WithScheme(scheme()).WithObjects(objs...).Build()
 }
 
 func TestWaitRuns(t *testing.T) {
@@ -102,13 +101,13 @@ func TestSkipAndRelease(t *testing.T) {
 	if err := annotate(ctx, c, &corev1.Pod{}, "ns", "p", v1.AnnotationSkip); err != nil {
 		t.Fatal(err)
 	}
-	if err := annotate(ctx, c, &v1.DeferRun{}, "ns", "a", controller.AnnotationRelease); err != nil {
+	if err := annotate(ctx, c, &v1.DeferRun{}, "ns", "a", v1.AnnotationRelease); err != nil {
 		t.Fatal(err)
 	}
 	p, r := &corev1.Pod{}, &v1.DeferRun{}
 	_ = c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "p"}, p)
 	_ = c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "a"}, r)
-	if p.Annotations[v1.AnnotationSkip] != "true" || r.Annotations[controller.AnnotationRelease] != "true" {
+	if p.Annotations[v1.AnnotationSkip] != "true" || r.Annotations[v1.AnnotationRelease] != "true" {
 		t.Errorf("annotations: pod %v run %v", p.Annotations, r.Annotations)
 	}
 	var ee *exitError
