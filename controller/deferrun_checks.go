@@ -62,14 +62,14 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 		}
 		if perr == "" {
 			// Fixed: take the snapshot now, and go on in the next pass.
-			orig := run.DeepCopy()
-			run.Spec.Policy = spec
-			delete(run.Annotations, annotationConfigError)
 			log.FromContext(ctx).Info("resolving the policy that was missing when the run was armed", "was", msg)
-			if err := r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-				return true, err
+			if err := patch(ctx, r.client, run, func(run *v1.DeferRun) {
+				run.Spec.Policy = spec
+				delete(run.Annotations, annotationConfigError)
+			}); err != nil {
+				return true, fmt.Errorf("storing the resolved policy: %w", err)
 			}
-			r.exp.expect("DeferRun", run)
+			r.exp.runs.expect(run)
 			return true, errRequeue
 		}
 		problem, reason = perr, v1.ReasonPolicyNotFound

@@ -34,7 +34,7 @@ type RunReconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.Clock
 	opts      DeferPodOptions
-	exp       *expectations
+	exp       ownWrites
 
 	secretMu sync.Mutex
 	// secretSeen is when each credentials Secret was last seen to exist,
@@ -71,13 +71,13 @@ func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err := r.client.Get(ctx, req.NamespacedName, run); err != nil {
 		if apierrors.IsNotFound(err) {
 			run.Name, run.Namespace = req.Name, req.Namespace
-			if r.exp.satisfied("DeferRun", run, nil) {
-				r.exp.forget("DeferRun", run) // deleted (not just created and uncached)
+			if r.exp.runs.satisfied(req.NamespacedName, nil) {
+				r.exp.runs.forget(req.NamespacedName) // deleted (not just created and uncached)
 			}
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !r.exp.satisfied("DeferRun", run, run) {
+	if !r.exp.runs.satisfied(req.NamespacedName, run) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind our own write
 	}
 	res, err := r.reconcile(ctx, run)
@@ -152,7 +152,7 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		if err := r.client.Update(ctx, run); err != nil {
 			return reconcile.Result{}, err
 		}
-		r.exp.expect("DeferRun", run)
+		r.exp.runs.expect(run)
 		return reconcile.Result{}, nil
 	}
 	s := &runState{run: run, status: run.Status.DeepCopy(), now: r.clock.Now()}
@@ -280,7 +280,7 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	if err := r.client.Status().Update(ctx, s.run); err != nil {
 		return err
 	}
-	r.exp.expect("DeferRun", s.run)
+	r.exp.runs.expect(s.run)
 	Metrics.Writes.WithLabelValues("status").Inc()
 	if s.finishedNow {
 		Metrics.Runs.WithLabelValues(string(s.status.Trigger), s.status.State).Inc()

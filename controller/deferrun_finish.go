@@ -96,7 +96,7 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 		if err := r.client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 			return err
 		}
-		r.exp.forget("PersistentVolumeClaim", pvc)
+		r.exp.claims.forget(client.ObjectKeyFromObject(pvc))
 		Metrics.Writes.WithLabelValues("release-volume").Inc()
 	}
 	s.cond(v1.DeferRunVolumeReleased, true, v1.ReasonReleased, "work volume deleted")
@@ -121,9 +121,10 @@ func (r *RunReconciler) removeFinalizer(ctx context.Context, run *v1.DeferRun) e
 	if !controllerutil.ContainsFinalizer(run, v1.DeferRunFinalizer) {
 		return nil
 	}
-	orig := run.DeepCopy()
-	controllerutil.RemoveFinalizer(run, v1.DeferRunFinalizer)
 	log.FromContext(ctx).Info("removing defer run finalizer")
-	r.exp.forget("DeferRun", run)
-	return client.IgnoreNotFound(r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+	r.exp.runs.forget(client.ObjectKeyFromObject(run))
+	if err := patch(ctx, r.client, run, func(run *v1.DeferRun) { controllerutil.RemoveFinalizer(run, v1.DeferRunFinalizer) }); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing the run's finalizer: %w", err)
+	}
+	return nil
 }
