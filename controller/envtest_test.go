@@ -25,6 +25,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -133,9 +134,7 @@ func (h *harness) namespace(name string) string {
 // running on the node, and the work PVC.
 func (h *harness) managedJobPod(ns, name string, edit ...func(*corev1.Pod)) (*batchv1.Job, *corev1.Pod) {
 	ctx := context.Background()
-	job := kt.MakeJob(name, ns).Obj()
-	job.UID = ""
-	job.Labels = map[string]string{v1.LabelEnabled: "true"}
+	job := rt.MakeJob(name, ns).Obj()
 	job.Spec.Template.Labels = map[string]string{"app": name}
 	job.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}
 	job.Spec.ManualSelector = ptr.To(true)

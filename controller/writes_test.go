@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	rt "github.com/kdefer/kdefer/render/testing"
 )
 
 // fakeWorld runs the three reconcilers against a fake client, pass after
@@ -133,8 +134,7 @@ func (w *fakeWorld) createThroughArmer(pvc *corev1.PersistentVolumeClaim) {
 }
 
 func worldObjects() (*batchv1.Job, *corev1.Pod, *corev1.PersistentVolumeClaim, *corev1.Node) {
-	job := kt.MakeJob("j", "ns").Obj()
-	job.Labels = map[string]string{v1.LabelEnabled: "true"}
+	job := rt.MakeJob("j", "ns").UID("uid-j").Obj()
 	pod := kt.MakePod("j-x", "ns").OnNode("n1").OwnedByJob("j", job.UID).Obj()
 	pvc := kt.ClaimFor(pod, v1.DefaultWorkVolumeName)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	rt "github.com/kdefer/kdefer/render/testing"
 )
 
 func runIn(name, state string) *v1.DeferRun {
@@ -30,7 +31,7 @@ func runIn(name, state string) *v1.DeferRun {
 }
 
 func finishedJob() *batchv1.Job {
-	j := kt.MakeJob("j", "ns").Obj()
+	j := rt.MakeJob("j", "ns").UID("uid-j").Obj()
 	j.Annotations = map[string]string{v1.AnnotationSummary: "1/2 staged out, 1 failed"}
 	j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	return j
@@ -49,7 +50,7 @@ func TestWaitRuns(t *testing.T) {
 		"all succeeded":         {[]client.Object{finishedJob(), runIn("a", v1.DeferRunSucceeded), runIn("b", v1.DeferRunSkipped)}, "job/j", 0},
 		"one failed":            {[]client.Object{finishedJob(), runIn("a", v1.DeferRunSucceeded), runIn("b", v1.DeferRunFailed)}, "job/j", 1},
 		"a run still going":     {[]client.Object{finishedJob(), runIn("a", v1.DeferRunStagingOut)}, "job/j", 3},
-		"job still running":     {[]client.Object{kt.MakeJob("j", "ns").Obj(), runIn("a", v1.DeferRunSucceeded)}, "job/j", 3},
+		"job still running":     {[]client.Object{rt.MakeJob("j", "ns").UID("uid-j").Obj(), runIn("a", v1.DeferRunSucceeded)}, "job/j", 3},
 		"job gone, runs final":  {[]client.Object{runIn("a", v1.DeferRunSucceeded)}, "job/j", 0},
 		"nothing":               {nil, "job/j", 1},
 		"one run, by pod name":  {[]client.Object{runIn("a", v1.DeferRunFailed)}, "pod/a", 1},

@@ -262,30 +262,6 @@ func (w *PodWrapper) Drained() *PodWrapper {
 		Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed)
 }
 
-// JobWrapper builds a Job.
-type JobWrapper struct{ batchv1.Job }
-
-// MakeJob returns a Job with no pods.
-func MakeJob(name, ns string) *JobWrapper {
-	return &JobWrapper{batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name)},
-		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: "main", Image: "busybox"}},
-		}}},
-	}}
-}
-
-// Obj returns the Job.
-func (w *JobWrapper) Obj() *batchv1.Job { return &w.Job }
-
-// DeadlineExceeded adds the Job's Failed condition with reason DeadlineExceeded.
-func (w *JobWrapper) DeadlineExceeded() *JobWrapper {
-	w.Status.Conditions = append(w.Status.Conditions, batchv1.JobCondition{
-		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded})
-	return w
-}
-
 // ClaimFor returns the PVC the ephemeral-volume controller creates for the
 // pod's volume: named POD-VOLUME, controlled by the pod, labelled.
 func ClaimFor(pod *corev1.Pod, volume string) *corev1.PersistentVolumeClaim {

@@ -56,6 +56,7 @@ import (
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	"github.com/kdefer/kdefer/controller/webhook"
+	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -243,9 +244,7 @@ func run() error {
 	jobs := (*nPods + *podsPerJob - 1) / *podsPerJob
 	jobUIDs := make([]types.UID, jobs)
 	if err := parallel(jobs, 16, func(i int) error {
-		j := kt.MakeJob(fmt.Sprintf("job-%04d", i), ns).Obj()
-		j.UID = ""
-		j.Labels = map[string]string{v1.LabelEnabled: "true"}
+		j := rt.MakeJob(fmt.Sprintf("job-%04d", i), ns).Obj()
 		j.Spec.Template.Labels = map[string]string{"job": j.Name}
 		j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"job": j.Name}}
 		j.Spec.ManualSelector = ptr.To(true)
