@@ -1,6 +1,9 @@
 // Command kdefer-controller runs kdefer's controllers: it arms every managed
 // pod, runs a defer pod on the same node when the pod ends, and releases the
 // pod and its work volume afterwards.
+//
+// main parses flags, sets up logging and the client limits, and runs the
+// manager package app builds; it holds no wiring or logic of its own.
 package main
 
 import (

@@ -1,7 +1,12 @@
-// Package testing holds object builders for kdefer's controller tests, in the
-// style of Kueue's and JobSet's wrappers:
+// Package testing holds what the controller's tests share: builders of the
+// objects the controller sees and makes (managed pods, work PVCs, DeferRuns),
+// in the style of Kueue's and JobSet's wrappers,
 //
 //	MakePod("p", "ns").OnNode("n1").Evicted().Obj()
+//
+// a kubelet stand-in (kubelet.go) and a write counter (writes.go). Jobs and
+// DeferPolicies are built with package render/testing, the one builder of
+// each type. Only tests and test/ import it; production code never does.
 package testing
 
 import (
