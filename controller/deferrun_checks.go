@@ -34,7 +34,7 @@ func (r *RunReconciler) secretExists(ctx context.Context, key types.NamespacedNa
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
-		return false, err
+		return false, fmt.Errorf("reading credentials Secret %s: %w", key, err)
 	}
 	r.secretMu.Lock()
 	defer r.secretMu.Unlock()
@@ -149,7 +149,7 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	case err == nil:
 		node = n
 	case !apierrors.IsNotFound(err):
-		return false, true, err
+		return false, true, fmt.Errorf("reading node %s: %w", s.status.NodeName, err)
 	}
 	since := s.status.TriggeredAt.Time
 	if s.status.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
@@ -189,7 +189,7 @@ func (r *RunReconciler) volumesMissing(ctx context.Context, run *v1.DeferRun) (b
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc)
 		if client.IgnoreNotFound(err) != nil {
-			return false, err
+			return false, fmt.Errorf("reading work PVC %s: %w", v.ClaimName, err)
 		}
 		if err == nil && pvc.DeletionTimestamp == nil {
 			return false, nil

@@ -150,7 +150,7 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 		controllerutil.AddFinalizer(run, v1.DeferRunFinalizer)
 		log.FromContext(ctx).Info("adding defer run finalizer")
 		if err := r.client.Update(ctx, run); err != nil {
-			return reconcile.Result{}, err
+			return reconcile.Result{}, fmt.Errorf("adding the run's finalizer: %w", err)
 		}
 		r.exp.runs.expect(run)
 		return reconcile.Result{}, nil
@@ -278,7 +278,7 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	}
 	s.run.Status = *s.status
 	if err := r.client.Status().Update(ctx, s.run); err != nil {
-		return err
+		return fmt.Errorf("writing the run's status: %w", err)
 	}
 	r.exp.runs.expect(s.run)
 	Metrics.Writes.WithLabelValues("status").Inc()

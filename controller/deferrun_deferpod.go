@@ -82,14 +82,17 @@ func (r *RunReconciler) ensurePDB(ctx context.Context, run *v1.DeferRun) error {
 	pdb := BuildDeferPDB(run)
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(pdb), &policyv1.PodDisruptionBudget{})
 	if !apierrors.IsNotFound(err) {
-		return err
+		if err != nil {
+			return fmt.Errorf("reading PodDisruptionBudget %s: %w", pdb.Name, err)
+		}
+		return nil
 	}
 	log.FromContext(ctx).Info("creating the namespace's defer pod disruption budget", "pdb", pdb.Name)
 	if err := r.client.Create(ctx, pdb); err != nil {
 		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			return nil
 		}
-		return err
+		return fmt.Errorf("creating PodDisruptionBudget %s: %w", pdb.Name, err)
 	}
 	Metrics.Writes.WithLabelValues("pdb").Inc()
 	return nil

@@ -23,7 +23,7 @@ func (r *RunReconciler) finish(ctx context.Context, s *runState, typ, reason, ms
 	if pod != nil && !podTerminal(pod) && pod.DeletionTimestamp == nil {
 		log.FromContext(ctx).Info("stopping defer pod", "pod", pod.Name, "reason", reason)
 		if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
-			return err
+			return fmt.Errorf("stopping defer pod %s: %w", pod.Name, err)
 		}
 	}
 	s.cond(typ, true, reason, msg)
@@ -82,7 +82,7 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("reading work PVC %s: %w", v.ClaimName, err)
 		}
 		if !HasOwner(pvc.OwnerReferences, s.run) && !ownedBy(pvc.OwnerReferences, s.run.Spec.PodUID) {
 			continue // someone else's PVC of that name
@@ -94,7 +94,7 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 		// Foreground: the garbage collector deletes the defer pod, which
 		// the PVC owns (OwnByVolumes), so nothing holds the PVC after it.
 		if err := r.client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
-			return err
+			return fmt.Errorf("releasing work PVC %s: %w", pvc.Name, err)
 		}
 		r.exp.claims.forget(client.ObjectKeyFromObject(pvc))
 		Metrics.Writes.WithLabelValues("release-volume").Inc()

@@ -34,7 +34,7 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 		// hand): stage out whatever is on the volume.
 		pod, class = nil, Classification{Done: true, Trigger: v1.TriggerDeleted}
 	case err != nil:
-		return false, err
+		return false, fmt.Errorf("reading pod %s: %w", run.Spec.PodName, err)
 	default:
 		job = jobOf(ctx, r.client, pod)
 		class = Classify(pod, job)

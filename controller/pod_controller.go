@@ -175,7 +175,7 @@ func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("reading work PVC %s: %w", c.ClaimName, err)
 		}
 		if !r.exp.claims.satisfied(client.ObjectKeyFromObject(pvc), pvc) {
 			return errRequeue
@@ -207,7 +207,7 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 			// by the webhook as the PVC was created (PVCArmer).
 			return errRequeue
 		}
-		return err
+		return fmt.Errorf("creating defer run %s: %w", run.Name, err)
 	}
 	r.exp.runs.expect(run)
 	Metrics.Writes.WithLabelValues("arm").Inc()
@@ -229,7 +229,7 @@ func RunFor(ctx context.Context, c client.Reader, pod *corev1.Pod) (*v1.DeferRun
 		case apierrors.IsNotFound(err):
 			configErr = policyNotFound(pod.Namespace, policyName)
 		case err != nil:
-			return nil, err
+			return nil, fmt.Errorf("reading DeferPolicy %s: %w", policyName, err)
 		default:
 			spec = &pol.Spec
 		}

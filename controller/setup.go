@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +84,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		opts.Workers = 32
 	}
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
-		return err
+		return fmt.Errorf("registering the field indexes: %w", err)
 	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[v1.LabelManaged] == "true" })
 	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -106,7 +107,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(podRec); err != nil {
-		return err
+		return fmt.Errorf("setting up the pod controller: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-job").
@@ -114,9 +115,9 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&v1.DeferRun{}, handler.EnqueueRequestsFromMapFunc(runToJob)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(NewJobReconciler(c, mgr.GetAPIReader(), opts.Clock)); err != nil {
-		return err
+		return fmt.Errorf("setting up the Job controller: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-deferrun").
 		For(&v1.DeferRun{}).
 		// Defer pods are owned by their work PVCs (OwnByVolumes), so they
@@ -130,7 +131,10 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&policyv1.PodDisruptionBudget{}, pdbDeleted(c)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
-		Complete(runRec)
+		Complete(runRec); err != nil {
+		return fmt.Errorf("setting up the DeferRun controller: %w", err)
+	}
+	return nil
 }
 
 // pvcToPod maps a work PVC to its pod (the ephemeral-volume controller makes
