@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
 )
 
 // secretTTL is how long a Secret seen to exist is not read again.
@@ -121,7 +122,7 @@ func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1
 		}
 		spec = &pol.Spec
 	}
-	eff, err := EffectivePolicy(spec, run.Annotations)
+	eff, err := render.EffectivePolicy(spec, run.Annotations)
 	if err != nil {
 		return eff, err.Error(), nil
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
 )
 
 // PodReconciler arms managed pods and records their trigger. Its key is the
@@ -234,7 +235,7 @@ func RunFor(ctx context.Context, c client.Reader, pod *corev1.Pod) (*v1.DeferRun
 			spec = &pol.Spec
 		}
 	}
-	eff, err := EffectivePolicy(spec, pod.Annotations)
+	eff, err := render.EffectivePolicy(spec, pod.Annotations)
 	if err != nil && configErr == "" {
 		configErr = err.Error()
 	}
