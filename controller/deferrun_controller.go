@@ -70,7 +70,6 @@ func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	run := &v1.DeferRun{}
 	if err := r.client.Get(ctx, req.NamespacedName, run); err != nil {
 		if apierrors.IsNotFound(err) {
-			run.Name, run.Namespace = req.Name, req.Namespace
 			if r.exp.runs.satisfied(req.NamespacedName, nil) {
 				r.exp.runs.forget(req.NamespacedName) // deleted (not just created and uncached)
 			}

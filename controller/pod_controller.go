@@ -47,7 +47,6 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	pod := &corev1.Pod{}
 	if err := r.client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			pod.Name, pod.Namespace = req.Name, req.Namespace
 			r.exp.pods.forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
