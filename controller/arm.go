@@ -197,10 +197,5 @@ func AdoptedOwners(pvc *corev1.PersistentVolumeClaim, run *v1.DeferRun, podDelet
 
 // HasOwner reports whether obj lists the run as an owner.
 func HasOwner(refs []metav1.OwnerReference, run *v1.DeferRun) bool {
-	for _, r := range refs {
-		if r.UID == run.UID {
-			return true
-		}
-	}
-	return false
+	return ownedBy(refs, run.UID)
 }

@@ -163,29 +163,31 @@ func runToJob(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
+// jobToRuns maps a Job to its runs.
 func jobToRuns(c client.Client) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list v1.DeferRunList
-		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexRunJob: o.GetName()}); err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-		return out
-	}
+	return runsByIndex(c, IndexRunJob, func(*v1.DeferRun) bool { return true })
 }
 
+// policyToRuns maps a DeferPolicy to the runs that wait for it (armed
+// while it was missing or wrong).
 func policyToRuns(c client.Client) handler.MapFunc {
+	return runsByIndex(c, IndexRunPolicy, func(run *v1.DeferRun) bool {
+		_, waiting := run.Annotations[annotationConfigError]
+		return waiting
+	})
+}
+
+// runsByIndex maps an object to the runs of its namespace whose field index
+// holds its name, those keep selects.
+func runsByIndex(c client.Client, index string, keep func(*v1.DeferRun) bool) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1.DeferRunList
-		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexRunPolicy: o.GetName()}); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
 			return nil
 		}
 		var out []reconcile.Request
 		for i := range list.Items {
-			if _, waiting := list.Items[i].Annotations[annotationConfigError]; waiting {
+			if keep(&list.Items[i]) {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
 		}
