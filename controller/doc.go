@@ -3,7 +3,7 @@
 // run from its pod's end to the release of the work volume (deferrun_*.go),
 // and the Job reconciler keeps the Job's summary and removes the runs of
 // deleted Jobs (job_controller.go). It also owns what those need: the defer
-// pod builder (deferpod.go), the trigger classification (trigger.go), the
+// pod builder (deferpod.go), the trigger classification (classify.go), the
 // reading of a defer pod's outcome (outcome.go), the cache scoping
 // (cache.go) and SetupWithManager (setup.go).
 //
