@@ -168,7 +168,7 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 				return false, true, err
 			}
 			if movable {
-				s.events = append(s.events, event{corev1.EventTypeWarning, "Relocated", fmt.Sprintf("node %s is lost; the work volume is not node-local, so the defer pod runs elsewhere", s.status.NodeName), false})
+				s.events = append(s.events, event{corev1.EventTypeWarning, v1.EventRelocated, fmt.Sprintf("node %s is lost; the work volume is not node-local, so the defer pod runs elsewhere", s.status.NodeName), false})
 				return true, false, nil
 			}
 		}

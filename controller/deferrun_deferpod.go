@@ -108,7 +108,7 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 	}
 	o := Observe(pod, *s.run.Spec.Policy.RetryLimit)
 	if s.status.DeferPodName != pod.Name {
-		s.events = append(s.events, event{corev1.EventTypeNormal, "DeferPodCreated", fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.status.Trigger), true})
+		s.events = append(s.events, event{corev1.EventTypeNormal, v1.EventDeferPodCreated, fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.status.Trigger), true})
 	}
 	s.status.DeferPodName = pod.Name
 	if s.status.StartTime == nil {

@@ -100,7 +100,7 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 		Metrics.Writes.WithLabelValues("release-volume").Inc()
 	}
 	s.cond(v1.DeferRunVolumeReleased, true, v1.ReasonReleased, "work volume deleted")
-	s.events = append(s.events, event{corev1.EventTypeNormal, "VolumeReleased", "work volume deleted", true})
+	s.events = append(s.events, event{corev1.EventTypeNormal, v1.EventVolumeReleased, "work volume deleted", true})
 	return nil
 }
 

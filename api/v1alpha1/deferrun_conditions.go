@@ -64,6 +64,19 @@ const (
 	ReasonRetained = "Retained"
 )
 
+// Reasons of the events on a DeferRun (and on its Job) besides the
+// condition reasons above, which are event reasons too.
+const (
+	// EventDeferPodCreated: the defer pod was seen created (progress; not
+	// repeated on the Job).
+	EventDeferPodCreated = "DeferPodCreated"
+	// EventRelocated: the node was lost and the defer pod runs elsewhere.
+	EventRelocated = "Relocated"
+	// EventVolumeReleased: the work volume was deleted (progress; not
+	// repeated on the Job).
+	EventVolumeReleased = "VolumeReleased"
+)
+
 // AnnotationRelease ("true") on a DeferRun releases its volume by hand
 // (`kdefer release`); an unfinished run stops first.
 const AnnotationRelease = "kdefer.io/release"
