@@ -50,16 +50,30 @@ func (r *RunReconciler) secretExists(ctx context.Context, key types.NamespacedNa
 	return true, nil
 }
 
+// checked is what a check tells execute.
+type checked int
+
+const (
+	// proceed: nothing in the way; go on to the next step.
+	proceed checked = iota
+	// relocate: the node is lost but the volume is not node-local: the
+	// defer pod goes wherever the scheduler can attach it.
+	relocate
+	// decided: this pass ends here (waiting, or the run finished); the
+	// status is written.
+	decided
+)
+
 // checkConfig re-resolves a policy that could not be resolved when the run
 // was armed, and checks the credentials Secret exists. It keeps the volume
 // and waits (within the deadline) while something is missing.
-func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, error) {
+func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, error) {
 	run := s.run
 	problem, reason := "", ""
 	if msg, ok := run.Annotations[annotationConfigError]; ok {
 		spec, perr, err := r.resolvePolicy(ctx, run)
 		if err != nil {
-			return true, err
+			return decided, err
 		}
 		if perr == "" {
 			// Fixed: take the snapshot now, and go on in the next pass.
@@ -68,10 +82,10 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 				run.Spec.Policy = spec
 				delete(run.Annotations, annotationConfigError)
 			}); err != nil {
-				return true, fmt.Errorf("storing the resolved policy: %w", err)
+				return decided, fmt.Errorf("storing the resolved policy: %w", err)
 			}
 			r.exp.runs.expect(run)
-			return true, errRequeue
+			return decided, errRequeue
 		}
 		problem, reason = perr, v1.ReasonPolicyNotFound
 		if run.Spec.PolicyName == "" {
@@ -83,7 +97,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 		found, err := r.secretExists(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, s.now)
 		switch {
 		case err != nil:
-			return true, err
+			return decided, err
 		case !found:
 			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), v1.ReasonSecretNotFound
 		}
@@ -93,18 +107,18 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (bool, err
 			s.cond(v1.DeferRunConfigError, false, v1.ReasonResolved, "configuration resolved")
 			s.events = append(s.events, event{corev1.EventTypeNormal, v1.ReasonResolved, "configuration resolved; the run proceeds", false})
 		}
-		return false, nil
+		return proceed, nil
 	}
 	deadline := s.status.TriggeredAt.Add(run.Spec.Policy.Deadline.Duration)
 	if !s.now.Before(deadline) {
-		return true, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
+		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
 	}
 	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c == nil || c.Status != metav1.ConditionTrue || c.Message != problem {
 		s.events = append(s.events, event{corev1.EventTypeWarning, reason, problem, false})
 	}
 	s.cond(v1.DeferRunConfigError, true, reason, problem)
 	s.requeueAt(s.now.Add(10 * time.Second))
-	return true, nil
+	return decided, nil
 }
 
 // resolvePolicy computes the effective policy from the named DeferPolicy and
@@ -133,24 +147,27 @@ func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1
 // passed, a run whose volumes are not node-local is relocated (the scheduler
 // places its defer pod where the volume can attach), any other fails with
 // reason NodeLost, keeping the volume.
-func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (relocate, done bool, err error) {
+func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (checked, error) {
 	if pod != nil && (podTerminal(pod) || pod.Spec.NodeName != s.status.NodeName) {
-		return false, false, nil // finished, or already relocated
+		return proceed, nil // finished, or already relocated
 	}
 	if s.status.NodeName == "" {
 		// The pod never ran on a node (deleted before it was scheduled, or
 		// gone before its node was known): the scheduler places the defer
 		// pod, honouring the PV's node affinity.
-		return pod == nil, false, nil
+		if pod == nil {
+			return relocate, nil
+		}
+		return proceed, nil
 	}
 	var node *corev1.Node
 	n := &corev1.Node{}
-	err = r.client.Get(ctx, types.NamespacedName{Name: s.status.NodeName}, n)
+	err := r.client.Get(ctx, types.NamespacedName{Name: s.status.NodeName}, n)
 	switch {
 	case err == nil:
 		node = n
 	case !apierrors.IsNotFound(err):
-		return false, true, fmt.Errorf("reading node %s: %w", s.status.NodeName, err)
+		return decided, fmt.Errorf("reading node %s: %w", s.status.NodeName, err)
 	}
 	since := s.status.TriggeredAt.Time
 	if s.status.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
@@ -160,26 +177,26 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	v := JudgeNode(node, s.view(), since, s.now)
 	switch {
 	case v.Ready:
-		return false, false, nil
+		return proceed, nil
 	case v.Lost:
 		if pod == nil {
 			movable, err := r.volumesMovable(ctx, s.run)
 			if err != nil {
-				return false, true, err
+				return decided, err
 			}
 			if movable {
 				s.events = append(s.events, event{corev1.EventTypeWarning, v1.EventRelocated, fmt.Sprintf("node %s is lost; the work volume is not node-local, so the defer pod runs elsewhere", s.status.NodeName), false})
-				return true, false, nil
+				return relocate, nil
 			}
 		}
-		return false, true, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonNodeLost, v.Message, pod)
+		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonNodeLost, v.Message, pod)
 	}
 	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut); c == nil || c.Reason != v1.ReasonNodeNotReady {
 		s.events = append(s.events, event{corev1.EventTypeWarning, v1.ReasonNodeNotReady, v.Message, false})
 	}
 	s.cond(v1.DeferRunStagingOut, false, v1.ReasonNodeNotReady, v.Message)
 	s.requeueAt(v.RetryAt)
-	return false, true, nil
+	return decided, nil
 }
 
 // volumesMissing reports whether no work PVC of run exists that a pod could

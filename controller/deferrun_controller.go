@@ -230,7 +230,7 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	if reason != "" {
 		return endWrite, r.finish(ctx, s, v1.DeferRunSkipped, reason, msg, nil)
 	}
-	if done, err := r.checkConfig(ctx, s); done || err != nil {
+	if c, err := r.checkConfig(ctx, s); c == decided || err != nil {
 		return endWrite, err
 	}
 	steps := Steps(s.view(), r.opts)
@@ -251,8 +251,8 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	if pod != nil && !IsDeferPodOf(pod, run) {
 		return endWrite, fmt.Errorf("pod %s exists and is not this run's defer pod", pod.Name)
 	}
-	relocate, done, err := r.checkNode(ctx, s, pod)
-	if done || err != nil {
+	node, err := r.checkNode(ctx, s, pod)
+	if node == decided || err != nil {
 		return endWrite, err
 	}
 	if pod == nil || (pod.DeletionTimestamp != nil && !podTerminal(pod)) {
@@ -260,7 +260,7 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 			s.requeueAt(s.now.Add(2 * time.Second)) // evicted or deleted: re-created once gone
 			return endWrite, nil
 		}
-		return r.startDeferPod(ctx, s, relocate)
+		return r.startDeferPod(ctx, s, node == relocate)
 	}
 	return r.observe(ctx, s, pod)
 }
