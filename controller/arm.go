@@ -55,7 +55,7 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        pod.Name,
 			Namespace:   pod.Namespace,
-			Labels:      map[string]string{v1.LabelPodName: LabelValue(pod.Name)},
+			Labels:      map[string]string{v1.LabelPodName: v1.LabelValue(pod.Name)},
 			Annotations: map[string]string{},
 			Finalizers:  []string{v1.DeferRunFinalizer},
 		},
@@ -78,7 +78,7 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 	}
 	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/") {
 		run.Spec.JobName = ref.Name
-		run.Labels[v1.LabelJobName] = LabelValue(ref.Name)
+		run.Labels[v1.LabelJobName] = v1.LabelValue(ref.Name)
 		run.Labels[labelJobUID] = string(ref.UID)
 	}
 	if s, ok := pod.Annotations[batchv1.JobCompletionIndexAnnotation]; ok {
@@ -197,10 +197,5 @@ func AdoptedOwners(pvc *corev1.PersistentVolumeClaim, run *v1.DeferRun, podDelet
 
 // HasOwner reports whether obj lists the run as an owner.
 func HasOwner(refs []metav1.OwnerReference, run *v1.DeferRun) bool {
-	for _, r := range refs {
-		if r.UID == run.UID {
-			return true
-		}
-	}
-	return false
+	return ownedBy(refs, run.UID)
 }

@@ -18,46 +18,7 @@ const (
 	annotationCachedWorkVolumes = "kdefer.io/cached-work-volumes"
 	// labelJobUID tells runs of a re-created Job of the same name apart.
 	labelJobUID = "kdefer.io/job-uid"
-	// AnnotationRelease ("true") on a DeferRun releases its volume by hand
-	// (`kdefer release`); an unfinished run stops first.
-	AnnotationRelease = "kdefer.io/release"
 )
-
-// Condition reasons.
-const (
-	ReasonArmed            = "Armed"
-	ReasonTriggered        = "Triggered"
-	ReasonStagingOut       = "StagingOut"
-	ReasonSucceeded        = "Succeeded"
-	ReasonSkipped          = "SkipRequested"
-	ReasonRuleSkip         = "TriggerRuleSkip"
-	ReasonForceDeleted     = "ForceDeleted"
-	ReasonNothingToRun     = "NothingToRun"
-	ReasonReleasedByHand   = "ReleasedByHand"
-	ReasonRunDeleted       = "RunDeleted"
-	ReasonPermanentError   = "PermanentError"
-	ReasonRetriesExhausted = "RetriesExhausted"
-	ReasonDeadlineExceeded = "DeadlineExceeded"
-	ReasonNodeLost         = "NodeLost"
-	ReasonNamespaceDeleted = "NamespaceDeleted"
-	ReasonVolumeMissing    = "VolumeMissing"
-	ReasonNodeNotReady     = "NodeNotReady"
-	ReasonPolicyNotFound   = "PolicyNotFound"
-	ReasonSecretNotFound   = "SecretNotFound"
-	ReasonBadAnnotation    = "InvalidAnnotation"
-	ReasonConfigError      = "ConfigError"
-	ReasonDeferPodFailed   = "DeferPodFailed"
-	ReasonReleased         = "Released"
-	ReasonRetained         = "Retained"
-	ReasonResolved         = "Resolved"
-)
-
-// Finished reports whether the run has reached a final state.
-func Finished(run *v1.DeferRun) bool {
-	return meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunSucceeded) ||
-		meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunFailed) ||
-		meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunSkipped)
-}
 
 // setCondition sets a condition with the run's generation; it keeps the
 // transition time when the status does not change.
@@ -68,16 +29,6 @@ func setCondition(st *v1.DeferRunStatus, gen int64, typ string, status bool, rea
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: typ, Status: s, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: gen})
-}
-
-// State digests the conditions into one word for display.
-func State(st *v1.DeferRunStatus) string {
-	for _, t := range []string{v1.DeferRunSucceeded, v1.DeferRunFailed, v1.DeferRunSkipped, v1.DeferRunStagingOut, v1.DeferRunTriggered, v1.DeferRunArmed} {
-		if meta.IsStatusConditionTrue(st.Conditions, t) {
-			return t
-		}
-	}
-	return ""
 }
 
 func truncate(s string, n int) string {

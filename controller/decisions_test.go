@@ -53,7 +53,7 @@ func TestShouldRelease(t *testing.T) {
 		}), want{Release: true, Due: t0.Add(-time.Hour)}},
 		"failed, released by hand": {run(func(r *v1.DeferRun) {
 			r.Status.Conditions = finished(v1.DeferRunFailed, "x", t0)
-			r.Annotations = map[string]string{AnnotationRelease: "true"}
+			r.Annotations = map[string]string{v1.AnnotationRelease: "true"}
 		}), want{Release: true}},
 		"failed, run deleted": {run(func(r *v1.DeferRun) {
 			r.Status.Conditions = finished(v1.DeferRunFailed, "x", t0)
@@ -160,14 +160,14 @@ func TestObserve(t *testing.T) {
 	}{
 		"not started":            {pod(func(p *corev1.Pod) {}), got{}},
 		"all ok":                 {pod(func(p *corev1.Pod) { kt.FinishDeferPod(p, 0, 0, sum, false) }), got{Done: true, Summary: true}},
-		"permanent error exit 3": {pod(func(p *corev1.Pod) { kt.FinishDeferPod(p, 3, 0, sum, false) }), got{Done: true, Failed: true, Reason: ReasonPermanentError, Summary: true}},
-		"usage error exit 2":     {pod(func(p *corev1.Pod) { kt.FinishDeferPod(p, 2, 0, nil, false) }), got{Done: true, Failed: true, Reason: ReasonPermanentError}},
+		"permanent error exit 3": {pod(func(p *corev1.Pod) { kt.FinishDeferPod(p, 3, 0, sum, false) }), got{Done: true, Failed: true, Reason: v1.ReasonPermanentError, Summary: true}},
+		"usage error exit 2":     {pod(func(p *corev1.Pod) { kt.FinishDeferPod(p, 2, 0, nil, false) }), got{Done: true, Failed: true, Reason: v1.ReasonPermanentError}},
 		"transient, retrying":    {pod(func(p *corev1.Pod) { kt.FinishDeferPod(p, 1, 2, sum, false) }), got{Summary: true}},
 		"transient, retries exhausted": {pod(func(p *corev1.Pod) { kt.FinishDeferPod(p, 1, 4, sum, false) }),
-			got{Done: true, Failed: true, Reason: ReasonRetriesExhausted, Summary: true}},
+			got{Done: true, Failed: true, Reason: v1.ReasonRetriesExhausted, Summary: true}},
 		"deadline": {pod(func(p *corev1.Pod) {
 			p.Status.Phase, p.Status.Reason = corev1.PodFailed, "DeadlineExceeded"
-		}), got{Done: true, Failed: true, Reason: ReasonDeadlineExceeded}},
+		}), got{Done: true, Failed: true, Reason: v1.ReasonDeadlineExceeded}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

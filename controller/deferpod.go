@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"math"
 	"path"
 	"slices"
@@ -22,10 +20,6 @@ import (
 // Defer pods run as this user; the stage image is built for it.
 const deferPodUser int64 = 65532
 
-// LabelManagedDefer is the kdefer.io/managed value of defer pods (managed
-// pods have "true"); both are in the controller's pod cache.
-const LabelManagedDefer = "defer"
-
 const tmpVolume = "kdefer-tmp"
 
 // DeferPodOptions are the manager-wide inputs of the defer pod builder.
@@ -34,23 +28,6 @@ type DeferPodOptions struct {
 	StageImage string
 	// ImagePullPolicy of the stage-out step (default IfNotPresent).
 	ImagePullPolicy corev1.PullPolicy
-}
-
-// DeferPodName is the name of a DeferRun's defer pod: fixed, so a restarted
-// controller finds the pod it created instead of creating a second one.
-func DeferPodName(run *v1.DeferRun) string { return shorten(run.Name+"-defer", 253) }
-
-// LabelValue fits a name into a label value (63 characters), keeping it
-// unique with a hash suffix when it must be cut.
-func LabelValue(name string) string { return shorten(name, 63) }
-
-func shorten(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	h := hex.EncodeToString(sum[:])[:10]
-	return s[:max-11] + "-" + h
 }
 
 // Step is one step of a defer run, in order.
@@ -166,11 +143,11 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      DeferPodName(run),
+			Name:      v1.DeferPodName(run),
 			Namespace: run.Namespace,
 			Labels: map[string]string{
-				v1.LabelManaged:  LabelManagedDefer,
-				v1.LabelDeferRun: LabelValue(run.Name),
+				v1.LabelManaged:  v1.ManagedDeferPod,
+				v1.LabelDeferRun: v1.LabelValue(run.Name),
 			},
 			Annotations: map[string]string{
 				v1.AnnotationDeferRunName: run.Name,
@@ -233,13 +210,13 @@ func BuildDeferPDB(run *v1.DeferRun) *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: DeferPDBName, Namespace: run.Namespace,
-			Labels:          map[string]string{v1.LabelManaged: LabelManagedDefer},
+			Labels:          map[string]string{v1.LabelManaged: v1.ManagedDeferPod},
 			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, false)},
 		},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: ptr.To(intstr.FromInt32(math.MaxInt32)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
-				v1.LabelManaged: LabelManagedDefer}},
+				v1.LabelManaged: v1.ManagedDeferPod}},
 		},
 	}
 }

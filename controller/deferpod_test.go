@@ -161,11 +161,11 @@ func TestDeferPodInvariants(t *testing.T) {
 
 func TestShorten(t *testing.T) {
 	long := "a-very-long-pod-name-" + string(make([]byte, 0)) + "0123456789012345678901234567890123456789012345678901234567890123456789"
-	v := LabelValue(long)
-	if len(v) != 63 || v == LabelValue(long+"x") {
-		t.Errorf("LabelValue(%q) = %q", long, v)
+	v := v1.LabelValue(long)
+	if len(v) != 63 || v == v1.LabelValue(long+"x") {
+		t.Errorf("v1.LabelValue(%q) = %q", long, v)
 	}
-	if LabelValue("short") != "short" {
+	if v1.LabelValue("short") != "short" {
 		t.Error("short names must be kept")
 	}
 }

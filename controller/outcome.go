@@ -60,10 +60,10 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 				}
 			}
 			if code == v1.ExitPermanent || code == v1.ExitUsage {
-				o.Done, o.Failed, o.Reason = true, true, ReasonPermanentError
+				o.Done, o.Failed, o.Reason = true, true, v1.ReasonPermanentError
 				o.Message = fmt.Sprintf("step %s exited %d (permanent error, not retried): %s", c.Name, code, step.Message)
 			} else if code != 0 && s.RestartCount > retryLimit {
-				o.Done, o.Failed, o.Reason = true, true, ReasonRetriesExhausted
+				o.Done, o.Failed, o.Reason = true, true, v1.ReasonRetriesExhausted
 				o.Message = fmt.Sprintf("step %s failed %d times, last exit %d: %s", c.Name, s.RestartCount, code, step.Message)
 			}
 		}
@@ -77,9 +77,9 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 		o.Done = true
 	case corev1.PodFailed:
 		o.Done, o.Failed = true, true
-		o.Reason, o.Message = ReasonDeferPodFailed, "defer pod failed"
+		o.Reason, o.Message = v1.ReasonDeferPodFailed, "defer pod failed"
 		if pod.Status.Reason == podReasonDeadlineExceeded {
-			o.Reason, o.Message = ReasonDeadlineExceeded, "the defer run's deadline passed: "+pod.Status.Message
+			o.Reason, o.Message = v1.ReasonDeadlineExceeded, "the defer run's deadline passed: "+pod.Status.Message
 		} else if pod.Status.Reason != "" {
 			o.Message = fmt.Sprintf("defer pod failed: %s: %s", pod.Status.Reason, pod.Status.Message)
 		}

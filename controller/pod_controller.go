@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
 )
 
 // PodReconciler arms managed pods and records their trigger. Its key is the
@@ -24,7 +25,7 @@ import (
 type PodReconciler struct {
 	client client.Client
 	clock  clock.Clock
-	exp    *expectations
+	exp    ownWrites
 	// prePullImage is pulled on the nodes of armed pods (empty: off).
 	prePullImage  string
 	prePullPolicy corev1.PullPolicy
@@ -46,15 +47,14 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	pod := &corev1.Pod{}
 	if err := r.client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			pod.Name, pod.Namespace = req.Name, req.Namespace
-			r.exp.forget("Pod", pod)
+			r.exp.pods.forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if pod.Labels[v1.LabelManaged] != "true" {
 		return reconcile.Result{}, nil
 	}
-	if !r.exp.satisfied("Pod", pod, pod) {
+	if !r.exp.pods.satisfied(req.NamespacedName, pod) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind our own write
 	}
 	res, err := r.reconcile(ctx, pod)
@@ -75,13 +75,13 @@ func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconci
 	s.job = jobOf(ctx, r.client, pod)
 	s.class = Classify(pod, s.job)
 
-	if res, err, stop := r.loadRun(ctx, s); stop {
-		return res, err
+	if res, err := r.loadRun(ctx, s); err != nil || !res.IsZero() {
+		return res, err // wait for the run, or for another pod's run to go
 	}
 	// Finalizer first, then act: a running pod without it (render not
 	// applied, or removed by hand) gets it back; not a pod whose run has
 	// finished or that is done, since the finalizer was removed on purpose.
-	if !s.class.Done && pod.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) && (s.run == nil || !Finished(s.run)) {
+	if !s.class.Done && pod.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) && (s.run == nil || !v1.Finished(s.run)) {
 		return reconcile.Result{}, r.addPodFinalizer(ctx, pod)
 	}
 	if err := r.loadClaims(ctx, s); err != nil {
@@ -109,7 +109,7 @@ func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconci
 	if err := r.prePull(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	if Finished(s.run) {
+	if v1.Finished(s.run) {
 		return reconcile.Result{}, r.releasePod(ctx, pod)
 	}
 	return reconcile.Result{}, nil
@@ -130,43 +130,41 @@ func jobOf(ctx context.Context, c client.Client, pod *corev1.Pod) *batchv1.Job {
 }
 
 func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) error {
-	orig := pod.DeepCopy()
-	controllerutil.AddFinalizer(pod, v1.PodFinalizer)
 	log.FromContext(ctx).Info("adding pod finalizer")
-	if err := r.client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
+	if err := patch(ctx, r.client, pod, func(pod *corev1.Pod) { controllerutil.AddFinalizer(pod, v1.PodFinalizer) }); err != nil {
+		return fmt.Errorf("adding the pod finalizer: %w", err)
 	}
-	r.exp.expect("Pod", pod)
+	r.exp.pods.expect(pod)
 	return nil
 }
 
-// loadRun finds the pod's DeferRun. A run of the same name for another pod
-// (a bare pod re-created with its name) is removed once finished.
-func (r *PodReconciler) loadRun(ctx context.Context, s *podState) (reconcile.Result, error, bool) {
+// loadRun finds the pod's DeferRun (s.run, nil if none). A run of the same
+// name for another pod (a bare pod re-created with its name) is removed once
+// finished. A non-zero result or an error ends the pass.
+func (r *PodReconciler) loadRun(ctx context.Context, s *podState) (reconcile.Result, error) {
 	run := &v1.DeferRun{}
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(s.pod), run)
 	if apierrors.IsNotFound(err) {
-		key := &v1.DeferRun{ObjectMeta: metav1.ObjectMeta{Name: s.pod.Name, Namespace: s.pod.Namespace}}
-		if !r.exp.satisfied("DeferRun", key, nil) {
-			return reconcile.Result{RequeueAfter: time.Second}, nil, true // created, not yet cached
+		if !r.exp.runs.satisfied(client.ObjectKeyFromObject(s.pod), nil) {
+			return reconcile.Result{RequeueAfter: time.Second}, nil // created, not yet cached
 		}
-		return reconcile.Result{}, nil, false
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		return reconcile.Result{}, err, true
+		return reconcile.Result{}, fmt.Errorf("reading the pod's DeferRun: %w", err)
 	}
-	if !r.exp.satisfied("DeferRun", run, run) {
-		return reconcile.Result{RequeueAfter: time.Second}, nil, true
+	if !r.exp.runs.satisfied(client.ObjectKeyFromObject(run), run) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	if run.Spec.PodUID != s.pod.UID {
-		if Finished(run) && run.DeletionTimestamp == nil {
+		if v1.Finished(run) && run.DeletionTimestamp == nil {
 			log.FromContext(ctx).Info("deleting the finished run of an earlier pod of this name", "deferrun", run.Name, "podUID", run.Spec.PodUID)
-			return reconcile.Result{RequeueAfter: time.Second}, client.IgnoreNotFound(r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID})), true
+			return reconcile.Result{RequeueAfter: time.Second}, client.IgnoreNotFound(r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}))
 		}
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil, true
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
 	}
 	s.run = run
-	return reconcile.Result{}, nil, false
+	return reconcile.Result{}, nil
 }
 
 func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
@@ -177,9 +175,9 @@ func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("reading work PVC %s: %w", c.ClaimName, err)
 		}
-		if !r.exp.satisfied("PersistentVolumeClaim", pvc, pvc) {
+		if !r.exp.claims.satisfied(client.ObjectKeyFromObject(pvc), pvc) {
 			return errRequeue
 		}
 		if pvc.DeletionTimestamp != nil {
@@ -209,9 +207,9 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 			// by the webhook as the PVC was created (PVCArmer).
 			return errRequeue
 		}
-		return err
+		return fmt.Errorf("creating defer run %s: %w", run.Name, err)
 	}
-	r.exp.expect("DeferRun", run)
+	r.exp.runs.expect(run)
 	Metrics.Writes.WithLabelValues("arm").Inc()
 	s.run = run
 	return nil
@@ -231,12 +229,12 @@ func RunFor(ctx context.Context, c client.Reader, pod *corev1.Pod) (*v1.DeferRun
 		case apierrors.IsNotFound(err):
 			configErr = policyNotFound(pod.Namespace, policyName)
 		case err != nil:
-			return nil, err
+			return nil, fmt.Errorf("reading DeferPolicy %s: %w", policyName, err)
 		default:
 			spec = &pol.Spec
 		}
 	}
-	eff, err := EffectivePolicy(spec, pod.Annotations)
+	eff, err := render.EffectivePolicy(spec, pod.Annotations)
 	if err != nil && configErr == "" {
 		configErr = err.Error()
 	}
@@ -250,13 +248,14 @@ func (r *PodReconciler) adopt(ctx context.Context, s *podState) error {
 		if !changed {
 			continue
 		}
-		orig := pvc.DeepCopy()
-		pvc.OwnerReferences = owners
 		log.FromContext(ctx).Info("adopting work volume", "pvc", pvc.Name, "podDeleting", s.pod.DeletionTimestamp != nil)
-		if err := r.client.Patch(ctx, pvc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return client.IgnoreNotFound(err)
+		if err := patch(ctx, r.client, pvc, func(pvc *corev1.PersistentVolumeClaim) { pvc.OwnerReferences = owners }); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("adopting work volume %s: %w", pvc.Name, err)
 		}
-		r.exp.expect("PersistentVolumeClaim", pvc)
+		r.exp.claims.expect(pvc)
 		Metrics.Writes.WithLabelValues("adopt").Inc()
 	}
 	return nil
@@ -266,16 +265,14 @@ func (r *PodReconciler) adopt(ctx context.Context, s *podState) error {
 // asks for it (`kdefer skip`) after the run was armed.
 func (r *PodReconciler) propagateSkip(ctx context.Context, s *podState) error {
 	run := s.run
-	if !skipRequested(s.pod, s.job) || Finished(run) || run.Annotations[v1.AnnotationSkip] == "true" {
+	if !skipRequested(s.pod, s.job) || v1.Finished(run) || run.Annotations[v1.AnnotationSkip] == "true" {
 		return nil
 	}
-	orig := run.DeepCopy()
-	setAnnotation(run, v1.AnnotationSkip, "true")
 	log.FromContext(ctx).Info("skipping defer run on request")
-	if err := r.client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
+	if err := patch(ctx, r.client, run, func(run *v1.DeferRun) { setAnnotation(run, v1.AnnotationSkip, "true") }); err != nil {
+		return fmt.Errorf("marking the run skipped: %w", err)
 	}
-	r.exp.expect("DeferRun", run)
+	r.exp.runs.expect(run)
 	return nil
 }
 
@@ -315,13 +312,14 @@ func (r *PodReconciler) releasePod(ctx context.Context, pod *corev1.Pod) error {
 	if !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) {
 		return nil
 	}
-	orig := pod.DeepCopy()
-	controllerutil.RemoveFinalizer(pod, v1.PodFinalizer)
 	log.FromContext(ctx).Info("removing pod finalizer")
-	if err := r.client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
+	if err := patch(ctx, r.client, pod, func(pod *corev1.Pod) { controllerutil.RemoveFinalizer(pod, v1.PodFinalizer) }); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing the pod finalizer: %w", err)
 	}
-	r.exp.expect("Pod", pod)
+	r.exp.pods.expect(pod)
 	Metrics.Writes.WithLabelValues("release-pod").Inc()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,12 +75,15 @@ func (r *PodReconciler) prePull(ctx context.Context, s *podState) error {
 	name := PrePullPodName(s.pod.Spec.NodeName, r.prePullImage)
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: s.pod.Namespace, Name: name}, &corev1.Pod{})
 	if !apierrors.IsNotFound(err) {
-		return err
+		if err != nil {
+			return fmt.Errorf("reading pre-pull pod %s: %w", name, err)
+		}
+		return nil
 	}
 	pod := BuildPrePullPod(run, s.pod.Spec.NodeName, r.prePullImage, r.prePullPolicy)
 	log.FromContext(ctx).Info("creating pre-pull pod", "pod", pod.Name, "node", pod.Spec.NodeName, "image", r.prePullImage)
 	if err := r.client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+		return fmt.Errorf("creating pre-pull pod %s: %w", pod.Name, err)
 	}
 	Metrics.Writes.WithLabelValues("prepull").Inc()
 	return nil

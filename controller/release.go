@@ -16,7 +16,7 @@ import (
 // annotated kdefer.io/release (by `kdefer release`) or being deleted
 // releases.
 func ShouldRelease(run *v1.DeferRun, now time.Time) (bool, time.Time) {
-	if run.Annotations[AnnotationRelease] == "true" || run.DeletionTimestamp != nil {
+	if run.Annotations[v1.AnnotationRelease] == "true" || run.DeletionTimestamp != nil {
 		return true, time.Time{}
 	}
 	failed := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed)
@@ -39,7 +39,7 @@ func ShouldRelease(run *v1.DeferRun, now time.Time) (bool, time.Time) {
 // released, whichever is later. ok is false while the volume is retained
 // (the run is the handle to release it).
 func TTLExpiry(run *v1.DeferRun) (time.Time, bool) {
-	if !Finished(run) || run.Status.CompletionTime == nil {
+	if !v1.Finished(run) || run.Status.CompletionTime == nil {
 		return time.Time{}, false
 	}
 	rel := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunVolumeReleased)

@@ -2,21 +2,19 @@ package controller
 
 import (
 	"context"
-	"strings"
+	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -34,6 +32,19 @@ const (
 	IndexRunPolicy = "spec.policyName"
 )
 
+// Scheme has client-go's types and kdefer's: the types the controllers
+// read and write.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
 // Options configure the controllers.
 type Options struct {
 	DeferPod DeferPodOptions
@@ -43,145 +54,6 @@ type Options struct {
 	Workers int
 	// NoPrePull turns pre-pulling the stage image off for every policy.
 	NoPrePull bool
-}
-
-// CacheOptions scope the manager's caches to kdefer's objects, so unmanaged
-// pods, PVCs and Jobs cost nothing, and strip managedFields (and the node
-// status fields kdefer never reads) from what is cached.
-func CacheOptions() cache.Options {
-	exists := func(key string) labels.Selector {
-		req, err := labels.NewRequirement(key, selection.Exists, nil)
-		if err != nil {
-			panic(err)
-		}
-		return labels.NewSelector().Add(*req)
-	}
-	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   {Label: exists(v1.LabelManaged), Transform: stripPod},
-			&corev1.PersistentVolumeClaim{}: {Label: exists(v1.LabelWorkVolume), Transform: stripPVC},
-			&batchv1.Job{}:                  {Label: labels.SelectorFromSet(labels.Set{v1.LabelEnabled: "true"})},
-			&policyv1.PodDisruptionBudget{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelManaged: LabelManagedDefer})},
-			&corev1.Node{}:                  {Transform: stripNode},
-		},
-	}
-}
-
-// stripNode keeps what JudgeNode reads: the Ready condition.
-func stripNode(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
-	}
-	n.ManagedFields = nil
-	n.Status.Images = nil
-	n.Status.VolumesAttached = nil
-	n.Status.VolumesInUse = nil
-	n.Annotations = nil
-	return n, nil
-}
-
-var _ toolscache.TransformFunc = stripNode
-
-// stripPod keeps what the reconcilers read from a managed pod (Classify,
-// WorkClaims, BuildRun and its StageUserOf) and from a defer pod (Observe).
-// The reconcilers only patch pods (never update them whole), so a stripped
-// copy is safe to use.
-func stripPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	p.ManagedFields = nil
-	if p.Labels[v1.LabelManaged] == LabelManagedDefer {
-		return p, nil // small, and Observe reads most of it
-	}
-	p.Labels = keepKeys(p.Labels, nil)
-	p.Annotations = keepKeys(p.Annotations, map[string]bool{batchv1.JobCompletionIndexAnnotation: true})
-	slim := func(cs []corev1.Container) []corev1.Container {
-		out := make([]corev1.Container, len(cs))
-		for i, c := range cs {
-			out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
-			// StageUserOf (BuildRun) reads the user and group.
-			if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
-				out[i].SecurityContext = &corev1.SecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup}
-			}
-			// Classify reads the memory limit (an exit 137 under it is an OOM kill).
-			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
-				out[i].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q}
-			}
-		}
-		return out
-	}
-	// Native sidecars never count (Classify reads regular containers only),
-	// and the work volumes are summarised in one annotation WorkClaims reads.
-	var work []string
-	for _, c := range WorkClaims(p) {
-		work = append(work, c.Name)
-	}
-	if len(work) > 0 {
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[annotationCachedWorkVolumes] = strings.Join(work, ",")
-	}
-	spec := corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: slim(p.Spec.Containers)}
-	if sc := p.Spec.SecurityContext; sc != nil {
-		// StageUserOf (BuildRun) reads the users and groups.
-		spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup,
-			FSGroup: sc.FSGroup, SupplementalGroups: sc.SupplementalGroups}
-	}
-	p.Spec = spec
-	p.GenerateName = ""
-	// Classify reads the phase, the reason, DisruptionTarget conditions and
-	// how each regular container terminated.
-	st := corev1.PodStatus{Phase: p.Status.Phase, Reason: p.Status.Reason}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.DisruptionTarget {
-			st.Conditions = append(st.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
-		}
-	}
-	if n := len(p.Status.ContainerStatuses); n > 0 {
-		st.ContainerStatuses = make([]corev1.ContainerStatus, n)
-		for i, cs := range p.Status.ContainerStatuses {
-			st.ContainerStatuses[i].Name = cs.Name
-			if t := cs.State.Terminated; t != nil {
-				st.ContainerStatuses[i].State.Terminated = &corev1.ContainerStateTerminated{
-					ExitCode: t.ExitCode, Signal: t.Signal, Reason: t.Reason, FinishedAt: t.FinishedAt}
-			}
-		}
-	}
-	p.Status = st
-	return p, nil
-}
-
-// keepKeys keeps kdefer's keys (kdefer.io/...) and the extra ones.
-func keepKeys(m map[string]string, extra map[string]bool) map[string]string {
-	var out map[string]string
-	for k, v := range m {
-		if strings.HasPrefix(k, v1.AnnotationPrefix) || extra[k] {
-			if out == nil {
-				out = make(map[string]string, len(m))
-			}
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// stripPVC keeps a work PVC's metadata: the reconcilers read its owners and
-// patch or delete it, never update it whole.
-func stripPVC(obj any) (any, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return obj, nil
-	}
-	pvc.ManagedFields = nil
-	pvc.Annotations, pvc.Labels = nil, nil
-	pvc.Spec = corev1.PersistentVolumeClaimSpec{}
-	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase}
-	return pvc, nil
 }
 
 // SetupIndexes registers the field indexes; call it before the manager
@@ -212,14 +84,14 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		opts.Workers = 32
 	}
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
-		return err
+		return fmt.Errorf("registering the field indexes: %w", err)
 	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[v1.LabelManaged] == "true" })
 	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 	})
 	c := mgr.GetClient()
-	exp := newExpectations()
+	exp := newOwnWrites()
 	podRec := NewPodReconciler(c, opts.Clock)
 	podRec.exp = exp
 	if !opts.NoPrePull {
@@ -235,7 +107,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(podRec); err != nil {
-		return err
+		return fmt.Errorf("setting up the pod controller: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-job").
@@ -243,9 +115,9 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&v1.DeferRun{}, handler.EnqueueRequestsFromMapFunc(runToJob)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(NewJobReconciler(c, mgr.GetAPIReader(), opts.Clock)); err != nil {
-		return err
+		return fmt.Errorf("setting up the Job controller: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-deferrun").
 		For(&v1.DeferRun{}).
 		// Defer pods are owned by their work PVCs (OwnByVolumes), so they
@@ -254,12 +126,15 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 			// The pass that creates a defer pod asks for its bookkeeping
 			// pass itself (bookkeepingDelay); status changes come as updates.
 			CreateFunc: func(e ctrlevent.CreateEvent) bool { return e.IsInInitialList },
-		}, predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[v1.LabelManaged] == LabelManagedDefer }))).
+		}, predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[v1.LabelManaged] == v1.ManagedDeferPod }))).
 		Watches(&corev1.Pod{}, podEnded(), builder.WithPredicates(managed)).
 		Watches(&policyv1.PodDisruptionBudget{}, pdbDeleted(c)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
-		Complete(runRec)
+		Complete(runRec); err != nil {
+		return fmt.Errorf("setting up the DeferRun controller: %w", err)
+	}
+	return nil
 }
 
 // pvcToPod maps a work PVC to its pod (the ephemeral-volume controller makes
@@ -288,29 +163,31 @@ func runToJob(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
+// jobToRuns maps a Job to its runs.
 func jobToRuns(c client.Client) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list v1.DeferRunList
-		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexRunJob: o.GetName()}); err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-		return out
-	}
+	return runsByIndex(c, IndexRunJob, func(*v1.DeferRun) bool { return true })
 }
 
+// policyToRuns maps a DeferPolicy to the runs that wait for it (armed
+// while it was missing or wrong).
 func policyToRuns(c client.Client) handler.MapFunc {
+	return runsByIndex(c, IndexRunPolicy, func(run *v1.DeferRun) bool {
+		_, waiting := run.Annotations[annotationConfigError]
+		return waiting
+	})
+}
+
+// runsByIndex maps an object to the runs of its namespace whose field index
+// holds its name, those keep selects.
+func runsByIndex(c client.Client, index string, keep func(*v1.DeferRun) bool) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1.DeferRunList
-		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexRunPolicy: o.GetName()}); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
 			return nil
 		}
 		var out []reconcile.Request
 		for i := range list.Items {
-			if _, waiting := list.Items[i].Annotations[annotationConfigError]; waiting {
+			if keep(&list.Items[i]) {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
 		}
@@ -329,7 +206,7 @@ func pdbDeleted(c client.Client) handler.EventHandler {
 			}
 			var pods corev1.PodList
 			if err := c.List(ctx, &pods, client.InNamespace(e.Object.GetNamespace()),
-				client.MatchingLabels{v1.LabelManaged: LabelManagedDefer}, client.UnsafeDisableDeepCopy); err != nil {
+				client.MatchingLabels{v1.LabelManaged: v1.ManagedDeferPod}, client.UnsafeDisableDeepCopy); err != nil {
 				return
 			}
 			for i := range pods.Items {

@@ -242,7 +242,7 @@ func (p *parser) parse(key, v string) {
 		}
 		p.a.WorkVolume = &v
 	case AnnotationWorkMountPath:
-		if !strings.HasPrefix(v, "/") || strings.Contains(v, ":") || hasDotDot(v) {
+		if !IsMountPath(v) {
 			p.fail(key, v, fmt.Sprintf("%q is not an absolute path", v), "use an absolute path without '..' or ':', e.g. /kdefer")
 			return
 		}
@@ -416,6 +416,13 @@ func CheckRelativePath(v string) string {
 		return "is longer than 1024 characters"
 	}
 	return ""
+}
+
+// IsMountPath reports whether v can be where the work volume is mounted in
+// the main containers: absolute, without '..' or ':' (the rule of both the
+// annotation and the policy field workVolume.mountPath).
+func IsMountPath(v string) bool {
+	return strings.HasPrefix(v, "/") && !strings.Contains(v, ":") && !hasDotDot(v)
 }
 
 // CheckGlob returns a problem with an include/exclude glob, or "".

@@ -178,18 +178,6 @@ type StepStatus struct {
 	Message string `json:"message,omitempty"`
 }
 
-// Condition types of a DeferRun.
-const (
-	DeferRunArmed          = "Armed"
-	DeferRunTriggered      = "Triggered"
-	DeferRunStagingOut     = "StagingOut"
-	DeferRunSucceeded      = "Succeeded"
-	DeferRunFailed         = "Failed"
-	DeferRunSkipped        = "Skipped"
-	DeferRunVolumeReleased = "VolumeReleased"
-	DeferRunConfigError    = "ConfigError"
-)
-
 // DeferRun is the record of one managed pod's defer run. It outlives the pod
 // and co-owns the pod's work volume until the run has handled it.
 // +kubebuilder:object:root=true

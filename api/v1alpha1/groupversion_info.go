@@ -1,6 +1,12 @@
 // Package v1alpha1 holds kdefer's API: the DeferPolicy and DeferRun custom
 // resources, the labels, annotations and finalizers kdefer puts on Jobs, pods
 // and volumes, and the contract between the controller and the stage binary.
+// It also holds what every side shares about a run: condition types and
+// their reasons, Finished and StateOf, DeferPodName, the release annotation.
+//
+// It is the bottom layer: it must not import any other kdefer package, nor
+// anything that talks to a cluster (no clients, no controller-runtime
+// beyond its scheme builder).
 //
 // +kubebuilder:object:generate=true
 // +groupName=kdefer.io

@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -54,7 +53,7 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 			errs = append(errs, field.Invalid(wv.Child("name"), n, m))
 		}
 	}
-	if mp := s.WorkVolume.MountPath; mp != "" && (!strings.HasPrefix(mp, "/") || hasDotDot(mp) || strings.Contains(mp, ":")) {
+	if mp := s.WorkVolume.MountPath; mp != "" && !IsMountPath(mp) {
 		errs = append(errs, field.Invalid(wv.Child("mountPath"), mp, "must be an absolute path without '..' or ':'"))
 	}
 	if sz := s.WorkVolume.Size; sz != nil && sz.Sign() <= 0 {

@@ -1,6 +1,9 @@
 // Command kdefer-controller runs kdefer's controllers: it arms every managed
 // pod, runs a defer pod on the same node when the pod ends, and releases the
 // pod and its work volume afterwards.
+//
+// main parses flags, sets up logging and the client limits, and runs the
+// manager package app builds; it holds no wiring or logic of its own.
 package main
 
 import (
@@ -17,7 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
+	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
 )
 
 func main() {
@@ -29,7 +32,7 @@ func main() {
 func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kdefer-controller", flag.ContinueOnError)
 	var (
-		mo          controller.ManagerOptions
+		mo          app.ManagerOptions
 		qps         float64
 		burst       int
 		logLevel    string
@@ -39,10 +42,10 @@ func run(ctx context.Context, args []string) int {
 	)
 	fs.StringVar(&mo.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
 	fs.StringVar(&mo.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables them)")
-	fs.BoolVar(&mo.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease "+controller.LeaderElectionID+")")
+	fs.BoolVar(&mo.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease "+app.LeaderElectionID+")")
 	fs.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
-	fs.Float64Var(&qps, "kube-api-qps", controller.DefaultKubeAPIQPS, "client-side QPS limit towards the apiserver (0: none; API Priority and Fairness still applies)")
-	fs.IntVar(&burst, "kube-api-burst", controller.DefaultKubeAPIBurst, "client-side burst towards the apiserver")
+	fs.Float64Var(&qps, "kube-api-qps", app.DefaultKubeAPIQPS, "client-side QPS limit towards the apiserver (0: none; API Priority and Fairness still applies)")
+	fs.IntVar(&burst, "kube-api-burst", app.DefaultKubeAPIBurst, "client-side burst towards the apiserver")
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
@@ -84,10 +87,10 @@ func run(ctx context.Context, args []string) int {
 		log.Error(err, "loading kubeconfig")
 		return 1
 	}
-	controller.ClientLimits(cfg, qps, burst)
+	app.ClientLimits(cfg, qps, burst)
 	cfg.UserAgent = "kdefer-controller/" + v1.Version
 
-	mgr, err := controller.NewManager(ctx, cfg, mo)
+	mgr, err := app.NewManager(ctx, cfg, mo)
 	if err != nil {
 		log.Error(err, "creating manager")
 		return 1

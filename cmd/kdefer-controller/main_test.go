@@ -15,7 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kdefer/kdefer/controller"
+	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -57,7 +57,7 @@ func TestManagerBinary(t *testing.T) {
 	for {
 		code, _ := get(probes, "/readyz")
 		lease := &coordinationv1.Lease{}
-		leaseErr := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controller.LeaderElectionID}, lease)
+		leaseErr := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: app.LeaderElectionID}, lease)
 		_, body := get(metrics, "/metrics")
 		if code == 200 && leaseErr == nil && lease.Spec.HolderIdentity != nil && strings.Contains(body, "kdefer_reaction_seconds") {
 			break

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
 )
 
 func init() {
@@ -30,7 +29,7 @@ func init() {
 				return &exitError{code: 1, msg: err.Error()}
 			}
 			pod := &corev1.Pod{}
-			if err := c.Get(ctx, clientKey(ns, controller.DeferPodName(run)), pod); err != nil {
+			if err := c.Get(ctx, clientKey(ns, v1.DeferPodName(run)), pod); err != nil {
 				return &exitError{code: 1, msg: fmt.Sprintf("defer pod of %s: %v (a skipped run has none; the defer pod goes with the work volume when it is released, so a succeeded run keeps only its outcome and each step's exit and message: kdefer status)", name, err)}
 			}
 			cs, err := f.clientset()

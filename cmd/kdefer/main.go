@@ -3,6 +3,11 @@
 //
 // Each subcommand lives in its own file and registers itself on rootCmd in
 // an init function, so adding a command means adding a file.
+//
+// It talks to the cluster as a client only: it must not link the manager,
+// the webhooks or the certificate code (package controller and below
+// it); the names it shares with the controller (run and defer pod names,
+// states, reasons, the release annotation) live in api/v1alpha1.
 package main
 
 import (

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
 )
 
 func init() {
@@ -95,7 +94,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			if err := annotate(ctx, c, &v1.DeferRun{}, ns, name, controller.AnnotationRelease); err != nil {
+			if err := annotate(ctx, c, &v1.DeferRun{}, ns, name, v1.AnnotationRelease); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deferrun/%s: its work volume will be released\n", name)
@@ -141,7 +140,7 @@ func findRuns(ctx context.Context, c client.Client, ns, kind, name string) ([]v1
 	switch kind {
 	case "job":
 		var list v1.DeferRunList
-		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1.LabelJobName: controller.LabelValue(name)}); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1.LabelJobName: v1.LabelValue(name)}); err != nil {
 			return nil, nil, &exitError{code: 2, msg: err.Error()}
 		}
 		var runs []v1.DeferRun
@@ -236,7 +235,7 @@ func waitRuns(ctx context.Context, w io.Writer, c client.Client, ns, kind, name 
 		done := len(runs) > 0 || job != nil
 		failed := 0
 		for i := range runs {
-			if !controller.Finished(&runs[i]) {
+			if !v1.Finished(&runs[i]) {
 				done = false
 			}
 			if meta.IsStatusConditionTrue(runs[i].Status.Conditions, v1.DeferRunFailed) {

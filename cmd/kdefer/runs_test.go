@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	rt "github.com/kdefer/kdefer/render/testing"
 )
 
 func runIn(name, state string) *v1.DeferRun {
@@ -31,14 +31,14 @@ func runIn(name, state string) *v1.DeferRun {
 }
 
 func finishedJob() *batchv1.Job {
-	j := kt.MakeJob("j", "ns").Obj()
+	j := rt.MakeJob("j", "ns").UID("uid-j").Obj()
 	j.Annotations = map[string]string{v1.AnnotationSummary: "1/2 staged out, 1 failed"}
 	j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	return j
 }
 
 func fakeClient(objs ...client.Object) client.Client {
-	return fake.NewClientBuilder().WithScheme(controller.Scheme()).WithObjects(objs...).Build()
+	return fake.NewClientBuilder().WithScheme(scheme()).WithObjects(objs...).Build()
 }
 
 func TestWaitRuns(t *testing.T) {
@@ -50,7 +50,7 @@ func TestWaitRuns(t *testing.T) {
 		"all succeeded":         {[]client.Object{finishedJob(), runIn("a", v1.DeferRunSucceeded), runIn("b", v1.DeferRunSkipped)}, "job/j", 0},
 		"one failed":            {[]client.Object{finishedJob(), runIn("a", v1.DeferRunSucceeded), runIn("b", v1.DeferRunFailed)}, "job/j", 1},
 		"a run still going":     {[]client.Object{finishedJob(), runIn("a", v1.DeferRunStagingOut)}, "job/j", 3},
-		"job still running":     {[]client.Object{kt.MakeJob("j", "ns").Obj(), runIn("a", v1.DeferRunSucceeded)}, "job/j", 3},
+		"job still running":     {[]client.Object{rt.MakeJob("j", "ns").UID("uid-j").Obj(), runIn("a", v1.DeferRunSucceeded)}, "job/j", 3},
 		"job gone, runs final":  {[]client.Object{runIn("a", v1.DeferRunSucceeded)}, "job/j", 0},
 		"nothing":               {nil, "job/j", 1},
 		"one run, by pod name":  {[]client.Object{runIn("a", v1.DeferRunFailed)}, "pod/a", 1},
@@ -102,13 +102,13 @@ func TestSkipAndRelease(t *testing.T) {
 	if err := annotate(ctx, c, &corev1.Pod{}, "ns", "p", v1.AnnotationSkip); err != nil {
 		t.Fatal(err)
 	}
-	if err := annotate(ctx, c, &v1.DeferRun{}, "ns", "a", controller.AnnotationRelease); err != nil {
+	if err := annotate(ctx, c, &v1.DeferRun{}, "ns", "a", v1.AnnotationRelease); err != nil {
 		t.Fatal(err)
 	}
 	p, r := &corev1.Pod{}, &v1.DeferRun{}
 	_ = c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "p"}, p)
 	_ = c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "a"}, r)
-	if p.Annotations[v1.AnnotationSkip] != "true" || r.Annotations[controller.AnnotationRelease] != "true" {
+	if p.Annotations[v1.AnnotationSkip] != "true" || r.Annotations[v1.AnnotationRelease] != "true" {
 		t.Errorf("annotations: pod %v run %v", p.Annotations, r.Annotations)
 	}
 	var ee *exitError

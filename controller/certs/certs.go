@@ -4,7 +4,8 @@
 // certificate directory (which it watches and reloads), and the CA bundle
 // patched into kdefer's webhook configurations. Certificates are rotated
 // well before they expire; while a CA is replaced, the bundle holds the old
-// and the new CA so no request fails during the switch.
+// and the new CA so no request fails during the switch. It knows nothing of
+// kdefer's objects and must not import the other kdefer packages.
 package certs
 
 import (

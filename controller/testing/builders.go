@@ -1,7 +1,12 @@
-// Package testing holds object builders for kdefer's controller tests, in the
-// style of Kueue's and JobSet's wrappers:
+// Package testing holds what the controller's tests share: builders of the
+// objects the controller sees and makes (managed pods, work PVCs, DeferRuns),
+// in the style of Kueue's and JobSet's wrappers,
 //
 //	MakePod("p", "ns").OnNode("n1").Evicted().Obj()
+//
+// a kubelet stand-in (kubelet.go) and a write counter (writes.go). Jobs and
+// DeferPolicies are built with package render/testing, the one builder of
+// each type. Only tests and test/ import it; production code never does.
 package testing
 
 import (
@@ -260,30 +265,6 @@ func (w *PodWrapper) Evicted() *PodWrapper {
 func (w *PodWrapper) Drained() *PodWrapper {
 	return w.DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").
 		Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed)
-}
-
-// JobWrapper builds a Job.
-type JobWrapper struct{ batchv1.Job }
-
-// MakeJob returns a Job with no pods.
-func MakeJob(name, ns string) *JobWrapper {
-	return &JobWrapper{batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name)},
-		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: "main", Image: "busybox"}},
-		}}},
-	}}
-}
-
-// Obj returns the Job.
-func (w *JobWrapper) Obj() *batchv1.Job { return &w.Job }
-
-// DeadlineExceeded adds the Job's Failed condition with reason DeadlineExceeded.
-func (w *JobWrapper) DeadlineExceeded() *JobWrapper {
-	w.Status.Conditions = append(w.Status.Conditions, batchv1.JobCondition{
-		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded})
-	return w
 }
 
 // ClaimFor returns the PVC the ephemeral-volume controller creates for the

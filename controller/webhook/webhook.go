@@ -2,8 +2,12 @@
 // renders opted-in batch/v1 Jobs (see package render), a validating webhook
 // that re-checks that an admitted Job is rendered (another mutating webhook
 // may have run after kdefer's), a validating webhook for DeferPolicies, and
-// one that makes evictions of unfinished defer pods wait (eviction.go).
-// The manager registers them with SetupWithManager.
+// one that makes evictions of unfinished defer pods wait (eviction.go), and
+// the PVC arming webhook (armpvc.go, registered by the caller: it is the
+// controller's fast path, not a guard). SetupWithManager registers the rest
+// on cmd/kdefer-controller's manager. It owns the admission protocol; what a
+// rendered Job or an armed pod is belongs to packages render and
+// controller, which must not import this one.
 package webhook
 
 import (

@@ -2,6 +2,10 @@
 // DeferPolicies as users write them, e.g.
 //
 //	MakeJob("sim", "default").Annotation(v1.AnnotationStageOut, "s3://b/{pod}/").Obj()
+//
+// It is the one builder of these types: the controller's tests use it too
+// (package controller/testing builds only what the controller adds: pods,
+// claims, runs). It must not import anything above render.
 package testing
 
 import (
@@ -9,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
@@ -94,6 +99,17 @@ func (w *JobWrapper) Indexed(n, p int32) *JobWrapper {
 func (w *JobWrapper) Parallelism(p, completions int32) *JobWrapper {
 	w.Spec.Parallelism = &p
 	w.Spec.Completions = &completions
+	return w
+}
+
+// UID sets metadata.uid (a fake client does not set one).
+func (w *JobWrapper) UID(uid types.UID) *JobWrapper { w.ObjectMeta.UID = uid; return w }
+
+// DeadlineExceeded adds the Job's Failed condition with reason
+// DeadlineExceeded, as the Job controller sets it.
+func (w *JobWrapper) DeadlineExceeded() *JobWrapper {
+	w.Status.Conditions = append(w.Status.Conditions, batchv1.JobCondition{
+		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded})
 	return w
 }
 

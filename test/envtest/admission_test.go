@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/controller/certs"
 	kwebhook "github.com/kdefer/kdefer/controller/webhook"
 	"github.com/kdefer/kdefer/render"
@@ -56,7 +55,7 @@ func serveWebhooks(t *testing.T, ctx context.Context, env *envtest.Env) {
 	wio := env.WebhookInstallOptions
 	srv := webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir})
 	kwebhook.Register(srv, kwebhook.NewHandlers(kwebhook.Options{Render: renderOpts}, env.Client))
-	(&controller.PVCArmer{Client: env.Client, Reader: env.Client}).Register(srv)
+	(&kwebhook.PVCArmer{Client: env.Client, Reader: env.Client}).Register(srv)
 	go func() {
 		if err := srv.Start(ctx); err != nil {
 			t.Errorf("webhook server: %v", err)
@@ -416,7 +415,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		hooks = append(hooks, hook{w.Name, w.FailurePolicy, w.SideEffects, w.TimeoutSeconds, w.ObjectSelector, w.ClientConfig.Service})
 	}
 	paths := map[string]bool{kwebhook.MutateJobPath: true, kwebhook.ValidateJobPath: true, kwebhook.ValidatePolicyPath: true,
-		kwebhook.ValidateEvictionPath: true, controller.ArmPVCPath: true}
+		kwebhook.ValidateEvictionPath: true, kwebhook.ArmPVCPath: true}
 	for _, h := range hooks {
 		// Job and policy webhooks fail closed (nothing unrendered gets in);
 		// the eviction guard and the arming fail open (kdefer down must

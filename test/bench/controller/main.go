@@ -52,9 +52,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	"github.com/kdefer/kdefer/controller/webhook"
+	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -65,8 +67,8 @@ var (
 	steadyRate = flag.Int("steady-rate", 20, "terminations per second in the steady phase")
 	steadyFor  = flag.Duration("steady-for", 10*time.Second, "length of the steady phase")
 	workers    = flag.Int("workers", 0, "manager workers per controller (0: the manager's default)")
-	qps        = flag.Float64("kube-api-qps", controller.DefaultKubeAPIQPS, "the manager's client-side QPS limit (0: none)")
-	burstLimit = flag.Int("kube-api-burst", controller.DefaultKubeAPIBurst, "the manager's client-side burst")
+	qps        = flag.Float64("kube-api-qps", app.DefaultKubeAPIQPS, "the manager's client-side QPS limit (0: none)")
+	burstLimit = flag.Int("kube-api-burst", app.DefaultKubeAPIBurst, "the manager's client-side burst")
 	podsPerJob = flag.Int("pods-per-job", 100, "managed pods per Job")
 	verbose    = flag.Bool("v", false, "manager logs on stderr")
 	queues     = flag.Bool("queues", false, "log the controllers' workqueue depths every second")
@@ -159,12 +161,12 @@ func run() error {
 	// The manager's own client-side limits, as kdefer-controller sets them
 	// by default.
 	mcfg := *cfg
-	controller.ClientLimits(&mcfg, *qps, *burstLimit)
+	app.ClientLimits(&mcfg, *qps, *burstLimit)
 	hooks := webhook.Options{Disabled: true}
 	if wio := te.WebhookInstallOptions; *armWebhook {
 		hooks = webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir, CertMode: webhook.CertModeExternal}
 	}
-	mgr, err := controller.NewManager(ctx, &mcfg, controller.ManagerOptions{
+	mgr, err := app.NewManager(ctx, &mcfg, app.ManagerOptions{
 		MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: hooks,
 		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:bench"}, Workers: *workers},
 	})
@@ -183,7 +185,7 @@ func run() error {
 	// The bench's own watch: defer pods appearing, runs armed and finished.
 	seen := newWatcher()
 	wc, err := cache.New(cfg, cache.Options{Scheme: controller.Scheme(), ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelManaged: controller.LabelManagedDefer})},
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelManaged: v1.ManagedDeferPod})},
 	}})
 	if err != nil {
 		return err
@@ -242,9 +244,7 @@ func run() error {
 	jobs := (*nPods + *podsPerJob - 1) / *podsPerJob
 	jobUIDs := make([]types.UID, jobs)
 	if err := parallel(jobs, 16, func(i int) error {
-		j := kt.MakeJob(fmt.Sprintf("job-%04d", i), ns).Obj()
-		j.UID = ""
-		j.Labels = map[string]string{v1.LabelEnabled: "true"}
+		j := rt.MakeJob(fmt.Sprintf("job-%04d", i), ns).Obj()
 		j.Spec.Template.Labels = map[string]string{"job": j.Name}
 		j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"job": j.Name}}
 		j.Spec.ManualSelector = ptr.To(true)
@@ -440,7 +440,7 @@ func armWebhookConfig() (*admissionregistrationv1.MutatingWebhookConfiguration, 
 			continue
 		}
 		for _, w := range mwc.Webhooks {
-			if w.ClientConfig.Service != nil && w.ClientConfig.Service.Path != nil && *w.ClientConfig.Service.Path == controller.ArmPVCPath {
+			if w.ClientConfig.Service != nil && w.ClientConfig.Service.Path != nil && *w.ClientConfig.Service.Path == webhook.ArmPVCPath {
 				mwc.Webhooks = []admissionregistrationv1.MutatingWebhook{w}
 				return &mwc, nil
 			}

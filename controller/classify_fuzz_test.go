@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	rt "github.com/kdefer/kdefer/render/testing"
 )
 
 // FuzzClassify builds pods in arbitrary states from the fuzzer's choices and
@@ -52,7 +53,7 @@ func FuzzClassify(f *testing.F) {
 		}
 		var job *batchv1.Job
 		if shape&64 != 0 {
-			job = kt.MakeJob("j", "ns").DeadlineExceeded().Obj()
+			job = rt.MakeJob("j", "ns").UID("uid-j").DeadlineExceeded().Obj()
 		}
 		pod := w.Obj()
 		c := Classify(pod, job)

@@ -103,13 +103,13 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	job := &batchv1.Job{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, err
+			return reconcile.Result{}, fmt.Errorf("reading the Job: %w", err)
 		}
 		job = nil
 	}
 	var list v1.DeferRunList
 	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexRunJob: req.Name}); err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, fmt.Errorf("listing the Job's runs: %w", err)
 	}
 	if err := r.deleteOrphanedRuns(ctx, req.NamespacedName, job, list.Items); err != nil {
 		return quiet(ctx, reconcile.Result{}, err)
@@ -132,7 +132,7 @@ func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.Namesp
 	var orphans []*v1.DeferRun
 	for i := range runs {
 		run := &runs[i]
-		if run.DeletionTimestamp != nil || !Finished(run) || (job != nil && job.DeletionTimestamp == nil && run.Labels[labelJobUID] == string(job.UID)) {
+		if run.DeletionTimestamp != nil || !v1.Finished(run) || (job != nil && job.DeletionTimestamp == nil && run.Labels[labelJobUID] == string(job.UID)) {
 			continue
 		}
 		orphans = append(orphans, run)
@@ -147,7 +147,7 @@ func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.Namesp
 		if err == nil {
 			job = live
 		} else if !apierrors.IsNotFound(err) {
-			return err
+			return fmt.Errorf("reading the Job from the API server: %w", err)
 		}
 	}
 	for _, run := range orphans {
@@ -156,7 +156,7 @@ func (r *JobReconciler) deleteOrphanedRuns(ctx context.Context, key types.Namesp
 		}
 		log.FromContext(ctx).Info("deleting the finished run of a deleted job", "deferrun", run.Name)
 		if err := r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}); client.IgnoreNotFound(err) != nil {
-			return err
+			return fmt.Errorf("deleting run %s of a deleted Job: %w", run.Name, err)
 		}
 	}
 	return nil
@@ -171,7 +171,7 @@ func (r *JobReconciler) reconcile(ctx context.Context, job *batchv1.Job, all []v
 	}
 	finished := 0
 	for i := range runs {
-		if Finished(&runs[i]) {
+		if v1.Finished(&runs[i]) {
 			finished++
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	rt "github.com/kdefer/kdefer/render/testing"
 )
 
 func TestClassify(t *testing.T) {
@@ -72,7 +73,7 @@ func TestClassify(t *testing.T) {
 		"pod activeDeadlineSeconds": {pod: pod().AllTerminated(137, "Error").Phase(corev1.PodFailed).Reason("DeadlineExceeded", "Pod was active on the node longer than the specified deadline").Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerDeadlineExceeded, ExitCodes: exit(137, "Error")}},
 		"job deadline: the Job controller deletes the pod": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
-			job:  kt.MakeJob("j", "ns").DeadlineExceeded().Obj(),
+			job:  rt.MakeJob("j", "ns").UID("uid-j").DeadlineExceeded().Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerDeadlineExceeded, ExitCodes: exit(143, "Error")}},
 		"deleted": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerDeleted, ExitCodes: exit(143, "Error")}},

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
 
 // errRequeue asks for another pass without logging an error (the cache is
@@ -28,9 +25,4 @@ func quiet(ctx context.Context, res reconcile.Result, err error) (reconcile.Resu
 		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
 	}
 	return res, err
-}
-
-func equalRun(a, b *v1.DeferRun) bool {
-	return equality.Semantic.DeepEqual(a.Spec, b.Spec) && equality.Semantic.DeepEqual(a.Annotations, b.Annotations) &&
-		equality.Semantic.DeepEqual(a.Finalizers, b.Finalizers)
 }

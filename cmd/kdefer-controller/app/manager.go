@@ -1,4 +1,11 @@
-package controller
+// Package app wires kdefer-controller: one manager with kdefer's
+// controllers (package controller) and its admission webhooks (package
+// controller/webhook, with their certificates) side by side, health and
+// readiness probes, metrics and leader election. It owns the wiring and
+// nothing else: no reconcile or admission logic lives here. The
+// kdefer-controller binary and the controller benchmark build their manager
+// with NewManager.
+package app
 
 import (
 	"context"
@@ -6,8 +13,6 @@ import (
 	"net/http"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,15 +21,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/controller/webhook"
 )
 
-// ManagerOptions configure the manager that runs kdefer's controllers; the
-// kdefer-controller binary, the envtest suites and the benchmark all build
-// it with NewManager.
+// ManagerOptions configure the manager that runs kdefer's controllers and
+// webhooks.
 type ManagerOptions struct {
-	Options
+	controller.Options
 	MetricsAddr             string // "0" disables
 	ProbeAddr               string // "0" disables
 	LeaderElection          bool
@@ -60,24 +64,13 @@ func ClientLimits(cfg *rest.Config, qps float64, burst int) {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 }
 
-// Scheme has client-go's types and kdefer's.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := v1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // NewManager builds a manager with label-scoped caches, the field indexes
-// (registered before it starts) and kdefer's controllers.
+// (registered before it starts), kdefer's controllers and, unless disabled,
+// its admission webhooks.
 func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.Manager, error) {
 	opts := ctrl.Options{
-		Scheme:                        Scheme(),
-		Cache:                         CacheOptions(),
+		Scheme:                        controller.Scheme(),
+		Cache:                         controller.CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsAddr},
 		HealthProbeBindAddress:        mo.ProbeAddr,
 		LeaderElection:                mo.LeaderElection,
@@ -115,13 +108,13 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 		}
 	}
 	if err := webhook.SetupWithManager(mgr, mo.Webhook); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("setting up the webhooks: %w", err)
 	}
 	if !mo.Webhook.Disabled {
-		(&PVCArmer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).Register(mgr.GetWebhookServer())
+		(&webhook.PVCArmer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).Register(mgr.GetWebhookServer())
 	}
-	if err := SetupWithManager(ctx, mgr, mo.Options); err != nil {
-		return nil, err
+	if err := controller.SetupWithManager(ctx, mgr, mo.Options); err != nil {
+		return nil, fmt.Errorf("setting up the controllers: %w", err)
 	}
 	return mgr, nil
 }

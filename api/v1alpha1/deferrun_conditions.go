@@ -1,0 +1,117 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+)
+
+// Condition types of a DeferRun.
+const (
+	DeferRunArmed          = "Armed"
+	DeferRunTriggered      = "Triggered"
+	DeferRunStagingOut     = "StagingOut"
+	DeferRunSucceeded      = "Succeeded"
+	DeferRunFailed         = "Failed"
+	DeferRunSkipped        = "Skipped"
+	DeferRunVolumeReleased = "VolumeReleased"
+	DeferRunConfigError    = "ConfigError"
+)
+
+// Reasons of a DeferRun's conditions. A trigger's name (TriggerSucceeded,
+// ...) is the reason of the Triggered condition.
+const (
+	// Armed: the pod's work volume is co-owned by the run.
+	ReasonArmed     = "Armed"
+	ReasonTriggered = "Triggered"
+	// StagingOut: the defer pod runs.
+	ReasonStagingOut = "StagingOut"
+
+	// Succeeded.
+	ReasonSucceeded = "Succeeded"
+
+	// Skipped.
+	ReasonSkipped          = "SkipRequested"
+	ReasonRuleSkip         = "TriggerRuleSkip"
+	ReasonForceDeleted     = "ForceDeleted"
+	ReasonNothingToRun     = "NothingToRun"
+	ReasonReleasedByHand   = "ReleasedByHand"
+	ReasonRunDeleted       = "RunDeleted"
+	ReasonNamespaceDeleted = "NamespaceDeleted"
+	ReasonVolumeMissing    = "VolumeMissing"
+
+	// Failed.
+	ReasonPermanentError   = "PermanentError"
+	ReasonRetriesExhausted = "RetriesExhausted"
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	ReasonNodeLost         = "NodeLost"
+	ReasonDeferPodFailed   = "DeferPodFailed"
+	ReasonConfigError      = "ConfigError"
+
+	// StagingOut False while the run waits for its node.
+	ReasonNodeNotReady = "NodeNotReady"
+
+	// ConfigError True while the configuration is incomplete, then False
+	// with ReasonResolved.
+	ReasonPolicyNotFound = "PolicyNotFound"
+	ReasonSecretNotFound = "SecretNotFound"
+	ReasonBadAnnotation  = "InvalidAnnotation"
+	ReasonResolved       = "Resolved"
+
+	// VolumeReleased.
+	ReasonReleased = "Released"
+	ReasonRetained = "Retained"
+)
+
+// Reasons of the events on a DeferRun (and on its Job) besides the
+// condition reasons above, which are event reasons too.
+const (
+	// EventDeferPodCreated: the defer pod was seen created (progress; not
+	// repeated on the Job).
+	EventDeferPodCreated = "DeferPodCreated"
+	// EventRelocated: the node was lost and the defer pod runs elsewhere.
+	EventRelocated = "Relocated"
+	// EventVolumeReleased: the work volume was deleted (progress; not
+	// repeated on the Job).
+	EventVolumeReleased = "VolumeReleased"
+)
+
+// AnnotationRelease ("true") on a DeferRun releases its volume by hand
+// (`kdefer release`); an unfinished run stops first.
+const AnnotationRelease = "kdefer.io/release"
+
+// Finished reports whether the run has reached a final state.
+func Finished(run *DeferRun) bool {
+	return meta.IsStatusConditionTrue(run.Status.Conditions, DeferRunSucceeded) ||
+		meta.IsStatusConditionTrue(run.Status.Conditions, DeferRunFailed) ||
+		meta.IsStatusConditionTrue(run.Status.Conditions, DeferRunSkipped)
+}
+
+// StateOf digests the conditions into one word for display (status.state):
+// the most advanced condition that is True.
+func StateOf(st *DeferRunStatus) string {
+	for _, t := range []string{DeferRunSucceeded, DeferRunFailed, DeferRunSkipped, DeferRunStagingOut, DeferRunTriggered, DeferRunArmed} {
+		if meta.IsStatusConditionTrue(st.Conditions, t) {
+			return t
+		}
+	}
+	return ""
+}
+
+// DeferPodName is the name of a DeferRun's defer pod: fixed, so a restarted
+// controller finds the pod it created instead of creating a second one.
+func DeferPodName(run *DeferRun) string { return shorten(run.Name+"-defer", 253) }
+
+// LabelValue fits a name into a label value (63 characters), keeping it
+// unique with a hash suffix when it must be cut.
+func LabelValue(name string) string { return shorten(name, 63) }
+
+func shorten(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	h := hex.EncodeToString(sum[:])[:10]
+	return s[:max-11] + "-" + h
+}

@@ -1,0 +1,257 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
+)
+
+// secretTTL is how long a Secret seen to exist is not read again.
+const secretTTL = 10 * time.Second
+
+// secretExists reads whether a Secret exists, from secretSeen while it is
+// fresh. A missing Secret is read again every time.
+func (r *RunReconciler) secretExists(ctx context.Context, key types.NamespacedName, now time.Time) (bool, error) {
+	r.secretMu.Lock()
+	seen, ok := r.secretSeen[key]
+	r.secretMu.Unlock()
+	if ok && now.Sub(seen) < secretTTL {
+		return true, nil
+	}
+	sec := &metav1.PartialObjectMetadata{}
+	sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := r.apiReader.Get(ctx, key, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading credentials Secret %s: %w", key, err)
+	}
+	r.secretMu.Lock()
+	defer r.secretMu.Unlock()
+	if len(r.secretSeen) > 1024 {
+		for k, t := range r.secretSeen {
+			if now.Sub(t) >= secretTTL {
+				delete(r.secretSeen, k)
+			}
+		}
+	}
+	r.secretSeen[key] = now
+	return true, nil
+}
+
+// checked is what a check tells execute.
+type checked int
+
+const (
+	// proceed: nothing in the way; go on to the next step.
+	proceed checked = iota
+	// relocate: the node is lost but the volume is not node-local: the
+	// defer pod goes wherever the scheduler can attach it.
+	relocate
+	// decided: this pass ends here (waiting, or the run finished); the
+	// status is written.
+	decided
+)
+
+// checkConfig re-resolves a policy that could not be resolved when the run
+// was armed, and checks the credentials Secret exists. It keeps the volume
+// and waits (within the deadline) while something is missing.
+func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, error) {
+	run := s.run
+	problem, reason := "", ""
+	if msg, ok := run.Annotations[annotationConfigError]; ok {
+		spec, perr, err := r.resolvePolicy(ctx, run)
+		if err != nil {
+			return decided, err
+		}
+		if perr == "" {
+			// Fixed: take the snapshot now, and go on in the next pass.
+			log.FromContext(ctx).Info("resolving the policy that was missing when the run was armed", "was", msg)
+			if err := patch(ctx, r.client, run, func(run *v1.DeferRun) {
+				run.Spec.Policy = spec
+				delete(run.Annotations, annotationConfigError)
+			}); err != nil {
+				return decided, fmt.Errorf("storing the resolved policy: %w", err)
+			}
+			r.exp.runs.expect(run)
+			return decided, errRequeue
+		}
+		problem, reason = perr, v1.ReasonPolicyNotFound
+		if run.Spec.PolicyName == "" {
+			reason = v1.ReasonBadAnnotation
+		}
+	}
+	if problem == "" && run.Spec.Policy.Credentials != nil && run.Spec.Policy.StageOut != nil && s.status.DeferPodName == "" {
+		name := run.Spec.Policy.Credentials.Name
+		found, err := r.secretExists(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, s.now)
+		switch {
+		case err != nil:
+			return decided, err
+		case !found:
+			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), v1.ReasonSecretNotFound
+		}
+	}
+	if problem == "" {
+		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue {
+			s.cond(v1.DeferRunConfigError, false, v1.ReasonResolved, "configuration resolved")
+			s.events = append(s.events, event{corev1.EventTypeNormal, v1.ReasonResolved, "configuration resolved; the run proceeds", false})
+		}
+		return proceed, nil
+	}
+	deadline := s.status.TriggeredAt.Add(run.Spec.Policy.Deadline.Duration)
+	if !s.now.Before(deadline) {
+		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
+	}
+	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c == nil || c.Status != metav1.ConditionTrue || c.Message != problem {
+		s.events = append(s.events, event{corev1.EventTypeWarning, reason, problem, false})
+	}
+	s.cond(v1.DeferRunConfigError, true, reason, problem)
+	s.requeueAt(s.now.Add(10 * time.Second))
+	return decided, nil
+}
+
+// resolvePolicy computes the effective policy from the named DeferPolicy and
+// the annotations the run copied from its pod. perr describes what is wrong.
+func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1.DeferPolicySpec, string, error) {
+	var spec *v1.DeferPolicySpec
+	if run.Spec.PolicyName != "" {
+		pol := &v1.DeferPolicy{}
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PolicyName}, pol)
+		if apierrors.IsNotFound(err) {
+			return v1.DeferPolicySpec{}, policyNotFound(run.Namespace, run.Spec.PolicyName), nil
+		}
+		if err != nil {
+			return v1.DeferPolicySpec{}, "", err
+		}
+		spec = &pol.Spec
+	}
+	eff, err := render.EffectivePolicy(spec, run.Annotations)
+	if err != nil {
+		return eff, err.Error(), nil
+	}
+	return eff, "", nil
+}
+
+// checkNode waits for a NotReady or missing node; once nodeLostTimeout has
+// passed, a run whose volumes are not node-local is relocated (the scheduler
+// places its defer pod where the volume can attach), any other fails with
+// reason NodeLost, keeping the volume.
+func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.Pod) (checked, error) {
+	if pod != nil && (podTerminal(pod) || pod.Spec.NodeName != s.status.NodeName) {
+		return proceed, nil // finished, or already relocated
+	}
+	if s.status.NodeName == "" {
+		// The pod never ran on a node (deleted before it was scheduled, or
+		// gone before its node was known): the scheduler places the defer
+		// pod, honouring the PV's node affinity.
+		if pod == nil {
+			return relocate, nil
+		}
+		return proceed, nil
+	}
+	var node *corev1.Node
+	n := &corev1.Node{}
+	err := r.client.Get(ctx, types.NamespacedName{Name: s.status.NodeName}, n)
+	switch {
+	case err == nil:
+		node = n
+	case !apierrors.IsNotFound(err):
+		return decided, fmt.Errorf("reading node %s: %w", s.status.NodeName, err)
+	}
+	since := s.status.TriggeredAt.Time
+	if s.status.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
+		// The pod side already waited nodeLostTimeout for this node.
+		since = since.Add(-s.run.Spec.Policy.NodeLostTimeout.Duration)
+	}
+	v := JudgeNode(node, s.view(), since, s.now)
+	switch {
+	case v.Ready:
+		return proceed, nil
+	case v.Lost:
+		if pod == nil {
+			movable, err := r.volumesMovable(ctx, s.run)
+			if err != nil {
+				return decided, err
+			}
+			if movable {
+				s.events = append(s.events, event{corev1.EventTypeWarning, v1.EventRelocated, fmt.Sprintf("node %s is lost; the work volume is not node-local, so the defer pod runs elsewhere", s.status.NodeName), false})
+				return relocate, nil
+			}
+		}
+		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonNodeLost, v.Message, pod)
+	}
+	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunStagingOut); c == nil || c.Reason != v1.ReasonNodeNotReady {
+		s.events = append(s.events, event{corev1.EventTypeWarning, v1.ReasonNodeNotReady, v.Message, false})
+	}
+	s.cond(v1.DeferRunStagingOut, false, v1.ReasonNodeNotReady, v.Message)
+	s.requeueAt(v.RetryAt)
+	return decided, nil
+}
+
+// volumesMissing reports whether no work PVC of run exists that a pod could
+// mount (absent, or being deleted), asking the API server: the cache may be
+// behind a PVC created a moment ago.
+func (r *RunReconciler) volumesMissing(ctx context.Context, run *v1.DeferRun) (bool, error) {
+	for _, v := range run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc)
+		if client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("reading work PVC %s: %w", v.ClaimName, err)
+		}
+		if err == nil && pvc.DeletionTimestamp == nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// volumesMovable reports whether every work volume is bound to a PV that is
+// not pinned to one node (no kubernetes.io/hostname in its node affinity),
+// so a defer pod elsewhere can mount it. Uncached reads: a rare path.
+func (r *RunReconciler) volumesMovable(ctx context.Context, run *v1.DeferRun) (bool, error) {
+	for _, v := range run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if pvc.Spec.VolumeName == "" {
+			return false, nil
+		}
+		pv := &corev1.PersistentVolume{}
+		if err := r.apiReader.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if NodeLocal(pv) {
+			return false, nil
+		}
+	}
+	return len(run.Spec.Volumes) > 0, nil
+}
+
+// NodeLocal reports whether a PV can only be used on one node.
+func NodeLocal(pv *corev1.PersistentVolume) bool {
+	if pv.Spec.Local != nil || pv.Spec.HostPath != nil {
+		return true
+	}
+	if a := pv.Spec.NodeAffinity; a != nil && a.Required != nil {
+		for _, term := range a.Required.NodeSelectorTerms {
+			for _, e := range term.MatchExpressions {
+				if e.Key == corev1.LabelHostname {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

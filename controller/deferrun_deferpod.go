@@ -1,0 +1,149 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// deferPod returns the run's defer pod from the cache, nil if none.
+func (r *RunReconciler) deferPod(ctx context.Context, run *v1.DeferRun) *corev1.Pod {
+	pod := &corev1.Pod{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, pod); err != nil || !IsDeferPodOf(pod, run) {
+		return nil
+	}
+	return pod
+}
+
+// startDeferPod creates the defer pod (its fixed name makes a pass after a
+// crash find it instead of creating another), then makes sure the
+// namespace's PodDisruptionBudget exists: usually a cache read, a write only
+// for the first defer pod of a namespace. The pod goes first because it is
+// what the reaction time is measured to; the budget only matters once the
+// pod runs (the Eviction API ignores budgets for Pending pods).
+func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate bool) (passEnd, error) {
+	run := s.view()
+	pod := BuildDeferPod(run, r.opts)
+	pvcs := map[string]*corev1.PersistentVolumeClaim{}
+	for _, v := range run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v.ClaimName}, pvc); err == nil && pvc.DeletionTimestamp == nil {
+			pvcs[v.ClaimName] = pvc
+		}
+	}
+	if len(pvcs) == 0 && len(run.Spec.Volumes) > 0 {
+		missing, err := r.volumesMissing(ctx, run)
+		if err != nil {
+			return endWrite, err
+		}
+		if missing {
+			// No defer pod could mount them: never created (the PVC's
+			// creation failed after the arming webhook made the run), or
+			// deleted by someone.
+			return endWrite, r.finish(ctx, s, v1.DeferRunSkipped, v1.ReasonVolumeMissing,
+				fmt.Sprintf("no work PVC of pod %s exists (%s): there is nothing to stage out", run.Spec.PodName, run.Spec.Volumes[0].ClaimName), nil)
+		}
+	}
+	OwnByVolumes(pod, run, pvcs)
+	if relocate {
+		pod.Spec.NodeName = "" // the scheduler places it where the volume can attach
+	}
+	log.FromContext(ctx).Info("creating defer pod", "pod", pod.Name, "node", pod.Spec.NodeName, "trigger", run.Status.Trigger)
+	if err := r.client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return endWrite, errRequeue
+		}
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			// Nothing can be created in a namespace being deleted, and its
+			// volumes go with it: retrying would hold the namespace forever.
+			return endWrite, r.finish(ctx, s, v1.DeferRunSkipped, v1.ReasonNamespaceDeleted,
+				fmt.Sprintf("namespace %s is being deleted: no defer pod can run in it", run.Namespace), nil)
+		}
+		return endWrite, fmt.Errorf("creating defer pod %s: %w", pod.Name, err)
+	}
+	Metrics.Writes.WithLabelValues("defer-pod").Inc()
+	r.created.add(s.now)
+	Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())
+	return endCreated, r.ensurePDB(ctx, run)
+}
+
+// ensurePDB creates the namespace's defer-pod PodDisruptionBudget (see
+// BuildDeferPDB) if the cache does not hold it.
+func (r *RunReconciler) ensurePDB(ctx context.Context, run *v1.DeferRun) error {
+	pdb := BuildDeferPDB(run)
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(pdb), &policyv1.PodDisruptionBudget{})
+	if !apierrors.IsNotFound(err) {
+		if err != nil {
+			return fmt.Errorf("reading PodDisruptionBudget %s: %w", pdb.Name, err)
+		}
+		return nil
+	}
+	log.FromContext(ctx).Info("creating the namespace's defer pod disruption budget", "pdb", pdb.Name)
+	if err := r.client.Create(ctx, pdb); err != nil {
+		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return nil
+		}
+		return fmt.Errorf("creating PodDisruptionBudget %s: %w", pdb.Name, err)
+	}
+	Metrics.Writes.WithLabelValues("pdb").Inc()
+	return nil
+}
+
+// observe reads the defer pod's status into the run and finishes the run
+// when the pod says it is over.
+func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Pod) (passEnd, error) {
+	if !podTerminal(pod) && pod.DeletionTimestamp == nil {
+		if err := r.ensurePDB(ctx, s.run); err != nil {
+			return endWrite, err
+		}
+	}
+	o := Observe(pod, *s.run.Spec.Policy.RetryLimit)
+	if s.status.DeferPodName != pod.Name {
+		s.events = append(s.events, event{corev1.EventTypeNormal, v1.EventDeferPodCreated, fmt.Sprintf("defer pod %s created on node %s for trigger %s", pod.Name, pod.Spec.NodeName, s.status.Trigger), true})
+	}
+	s.status.DeferPodName = pod.Name
+	if s.status.StartTime == nil {
+		t := pod.CreationTimestamp
+		if t.IsZero() {
+			t = metav1.Time{Time: s.now}
+		}
+		s.status.StartTime = &t
+	}
+	s.status.Steps = o.Steps
+	if o.Summary != nil {
+		s.status.Bytes, s.status.Objects, s.status.Skipped = o.Summary.Bytes, o.Summary.Objects, o.Summary.Skipped
+		s.status.ManifestURL = o.Summary.ManifestURL
+	}
+	if !o.Done {
+		if at := bookkeepingAt(pod.CreationTimestamp.Time, s.now, r.created.burst(s.now)); s.run.Status.Trigger == "" && !at.IsZero() {
+			// A kubelet status update before the bookkeeping pass, or a
+			// burst of defer pod creations going on: nothing worth a
+			// write yet.
+			s.requeueAt(at)
+			return endPostponed, nil
+		}
+		s.cond(v1.DeferRunStagingOut, true, v1.ReasonStagingOut, fmt.Sprintf("defer pod %s on node %s", pod.Name, pod.Spec.NodeName))
+		return endWrite, nil
+	}
+	if o.Failed {
+		return endWrite, r.finish(ctx, s, v1.DeferRunFailed, o.Reason, o.Message, pod)
+	}
+	msg := "every step succeeded"
+	if o.Summary != nil {
+		msg = fmt.Sprintf("staged out %d objects (%d bytes, %d already there) to %s", o.Summary.Objects, o.Summary.Bytes, o.Summary.Skipped, o.Summary.ManifestURL)
+	}
+	return endWrite, r.finish(ctx, s, v1.DeferRunSucceeded, v1.ReasonSucceeded, msg, pod)
+}
+
+func podTerminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
