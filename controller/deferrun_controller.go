@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // RunReconciler drives a DeferRun from trigger to release: config and node
@@ -282,9 +283,9 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: DeferPodName(run)}, dp); err == nil && IsDeferPodOf(dp, run) {
 		for _, e := range dp.Spec.Containers[0].Env {
 			switch {
-			case e.Name == v1.EnvTrigger && v1.Trigger(e.Value).IsValid():
+			case e.Name == stagecontract.EnvTrigger && v1.Trigger(e.Value).IsValid():
 				class.Trigger = v1.Trigger(e.Value)
-			case e.Name == v1.EnvNode:
+			case e.Name == stagecontract.EnvNode:
 				node = e.Value
 			}
 		}

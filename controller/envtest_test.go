@@ -23,6 +23,7 @@ import (
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	"github.com/kdefer/kdefer/controller/webhook"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -191,7 +192,7 @@ func (h *harness) waitDeferPod(run *v1.DeferRun) *corev1.Pod {
 	return p
 }
 
-func (h *harness) finishDeferPod(p *corev1.Pod, code int32, restarts int32, sum *v1.StageSummary, failed bool) {
+func (h *harness) finishDeferPod(p *corev1.Pod, code int32, restarts int32, sum *stagecontract.StageSummary, failed bool) {
 	h.updatePodStatus(p, func(p *corev1.Pod) { kt.FinishDeferPod(p, code, restarts, sum, failed) })
 }
 
@@ -263,7 +264,7 @@ func env(p *corev1.Pod, name string) string {
 	return ""
 }
 
-var okSummary = &v1.StageSummary{Op: "out", Bytes: 1234, Objects: 3, TotalBytes: 1234, ManifestURL: "s3://bucket/ns/p/_kdefer/manifest.json"}
+var okSummary = &stagecontract.StageSummary{Op: "out", Bytes: 1234, Objects: 3, TotalBytes: 1234, ManifestURL: "s3://bucket/ns/p/_kdefer/manifest.json"}
 
 func TestEnvtest(t *testing.T) {
 	h := newHarness(t)
@@ -325,7 +326,7 @@ func testTriggers(h *harness) {
 		run := h.waitArmed(pod)
 		tc.end(h, pod)
 		dp := h.waitDeferPod(run)
-		if got := env(dp, v1.EnvTrigger); got != string(tc.want) {
+		if got := env(dp, stagecontract.EnvTrigger); got != string(tc.want) {
 			h.t.Errorf("%s: defer pod KDEFER_TRIGGER = %q, want %q", tc.name, got, tc.want)
 		}
 		if dp.Spec.NodeName != node {
@@ -368,14 +369,14 @@ func testFailures(h *harness) {
 		restarts int32
 		reason   string
 	}{
-		{"permanent", v1.ExitPermanent, 0, controller.ReasonPermanentError},
+		{"permanent", stagecontract.ExitPermanent, 0, controller.ReasonPermanentError},
 		{"retries", 1, 4, controller.ReasonRetriesExhausted},
 	} {
 		_, pod := h.managedJobPod(ns, tc.name)
 		run := h.waitArmed(pod)
 		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
 		dp := h.waitDeferPod(run)
-		h.finishDeferPod(dp, tc.code, tc.restarts, &v1.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, false)
+		h.finishDeferPod(dp, tc.code, tc.restarts, &stagecontract.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, false)
 		h.waitFinished(run, v1.DeferRunFailed)
 		if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); c.Reason != tc.reason {
 			h.t.Errorf("%s: Failed reason %s (%s), want %s", tc.name, c.Reason, c.Message, tc.reason)
@@ -488,8 +489,8 @@ func testDowntime(h *harness) {
 	defer h.stop()
 	run := h.waitArmed(pod)
 	dp := h.waitDeferPod(run)
-	if env(dp, v1.EnvTrigger) != string(v1.TriggerFailed) {
-		h.t.Errorf("trigger %q, want Failed (it failed before it was deleted)", env(dp, v1.EnvTrigger))
+	if env(dp, stagecontract.EnvTrigger) != string(v1.TriggerFailed) {
+		h.t.Errorf("trigger %q, want Failed (it failed before it was deleted)", env(dp, stagecontract.EnvTrigger))
 	}
 	h.finishDeferPod(dp, 0, 0, okSummary, false)
 	h.waitFinished(run, v1.DeferRunSucceeded)

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 const (
@@ -364,12 +365,12 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 		ImagePullPolicy: opts.ImagePullPolicy,
 		Args:            []string{"in", "--from", in.URL, "--to", path.Join(StageMountPath, in.Path), "--log-format", "json"},
 		Env: []corev1.EnvVar{
-			{Name: v1.EnvNamespace, ValueFrom: f("metadata.namespace")},
-			{Name: v1.EnvJob, ValueFrom: f("metadata.labels['" + JobNameLabel + "']")},
-			{Name: v1.EnvPod, ValueFrom: f("metadata.name")},
-			{Name: v1.EnvUID, ValueFrom: f("metadata.uid")},
-			{Name: v1.EnvNode, ValueFrom: f("spec.nodeName")},
-			{Name: v1.EnvIndex, ValueFrom: f("metadata.annotations['" + JobCompletionIndexAnnotation + "']")},
+			{Name: stagecontract.EnvNamespace, ValueFrom: f("metadata.namespace")},
+			{Name: stagecontract.EnvJob, ValueFrom: f("metadata.labels['" + JobNameLabel + "']")},
+			{Name: stagecontract.EnvPod, ValueFrom: f("metadata.name")},
+			{Name: stagecontract.EnvUID, ValueFrom: f("metadata.uid")},
+			{Name: stagecontract.EnvNode, ValueFrom: f("spec.nodeName")},
+			{Name: stagecontract.EnvIndex, ValueFrom: f("metadata.annotations['" + JobCompletionIndexAnnotation + "']")},
 		},
 		VolumeMounts:             []corev1.VolumeMount{{Name: pol.WorkVolume.Name, MountPath: StageMountPath}},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

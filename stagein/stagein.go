@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 	"k8s.io/utils/clock"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -101,7 +102,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var entries []entry
 	res := Result{}
 	if isManifest {
-		mkey := loc.Prefix + storage.ManifestKey
+		mkey := loc.Prefix + stagecontract.ManifestKey
 		m, err := storage.ReadManifest(ctx, be, mkey, o.Retry)
 		if err != nil {
 			return Result{}, err
@@ -115,7 +116,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		err = o.Retry.Do(ctx, func(ctx context.Context) error {
 			entries = entries[:0]
 			return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
-				if strings.HasPrefix(oi.Key, loc.Prefix+storage.ReservedDir) {
+				if strings.HasPrefix(oi.Key, loc.Prefix+stagecontract.ReservedDir) {
 					return nil // kdefer's own objects
 				}
 				rel, err := storage.RelFor(loc.Prefix, oi.Key)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/stagein"
 	"github.com/kdefer/kdefer/stageout"
 	"github.com/kdefer/kdefer/storage"
@@ -56,7 +57,7 @@ func objects(t *testing.T, u string) []string {
 func countManifests(keys []string) int {
 	n := 0
 	for _, k := range keys {
-		if strings.HasPrefix(k, storage.ReservedDir) {
+		if strings.HasPrefix(k, stagecontract.ReservedDir) {
 			n++
 		}
 	}
@@ -69,7 +70,7 @@ func verify(t *testing.T, u string, tree storagetest.Tree) {
 	prefixURL, query, _ := strings.Cut(u, "?")
 	dst := t.TempDir()
 	r := storagetest.FastRetry()
-	if _, err := stagein.Run(context.Background(), stagein.Options{From: prefixURL + storage.ManifestKey + "?" + query, To: dst, Retry: r, Log: zerolog.Nop()}); err != nil {
+	if _, err := stagein.Run(context.Background(), stagein.Options{From: prefixURL + stagecontract.ManifestKey + "?" + query, To: dst, Retry: r, Log: zerolog.Nop()}); err != nil {
 		t.Fatalf("stage-in of the manifest: %v", err)
 	}
 	got := storagetest.ReadTree(t, dst)
@@ -127,7 +128,7 @@ func TestServerKilledMidUpload(t *testing.T) {
 	t.Logf("killed after %d objects were stored; rerun uploaded %d and skipped %d", stored, res.Objects, res.Skipped)
 	keys := objects(t, u)
 	if n := countManifests(keys); n != 1 {
-		t.Errorf("after the rerun: %d objects under %s, want exactly the manifest", n, storage.ReservedDir)
+		t.Errorf("after the rerun: %d objects under %s, want exactly the manifest", n, stagecontract.ReservedDir)
 	}
 	if len(keys) != len(tree)+1 {
 		t.Errorf("after the rerun: %d objects, want %d files + 1 manifest", len(keys), len(tree))

@@ -21,7 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"k8s.io/utils/clock"
 
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -52,7 +52,7 @@ type Options struct {
 type Result struct {
 	Bytes, Objects, Skipped, TotalBytes int64
 	ManifestURL                         string
-	Manifest                            *storage.Manifest
+	Manifest                            *stagecontract.Manifest
 }
 
 type file struct {
@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	// One listing tells which objects exist already (and their sizes):
 	// a HEAD per file would double the requests of a first run.
-	manifestKey := loc.Prefix + storage.ManifestKey
+	manifestKey := loc.Prefix + stagecontract.ManifestKey
 	existing := map[string]int64{}
 	hasManifest := false
 	err = o.Retry.Do(ctx, func(ctx context.Context) error {
@@ -166,14 +166,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 
 	// Every object is stored: now, and only now, the manifest.
-	m := &storage.Manifest{
-		Version: storage.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
-		Identity: identity(o.Env), Start: start.UTC(), Files: make([]storage.ManifestFile, len(files)),
+	m := &stagecontract.Manifest{
+		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
+		Identity: identity(o.Env), Start: start.UTC(), Files: make([]stagecontract.ManifestFile, len(files)),
 	}
-	m.Trigger, _ = o.Env(v1.EnvTrigger)
-	m.ExitCode, _ = o.Env(v1.EnvExitCode)
+	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
+	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
 	for i, f := range files {
-		m.Files[i] = storage.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
+		m.Files[i] = stagecontract.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
 		m.TotalBytes += f.size
 	}
 	if err := e.writeManifest(ctx, m); err != nil {
@@ -189,7 +189,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 func identity(env func(string) (string, bool)) map[string]string {
 	id := map[string]string{}
-	for k, name := range map[string]string{"namespace": v1.EnvNamespace, "job": v1.EnvJob, "pod": v1.EnvPod, "node": v1.EnvNode, "uid": v1.EnvUID, "index": v1.EnvIndex} {
+	for k, name := range stagecontract.IdentityEnv {
 		if v, ok := env(name); ok && v != "" {
 			id[k] = v
 		}
@@ -468,7 +468,7 @@ func (c *countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (e *engine) writeManifest(ctx context.Context, m *storage.Manifest) error {
+func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) error {
 	if !e.wrote && e.hasManifest {
 		// Nothing changed this run: keep the earlier manifest if it lists
 		// exactly these files, and rewrite nothing.

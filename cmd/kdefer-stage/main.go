@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/stagein"
 	"github.com/kdefer/kdefer/stageout"
 	"github.com/kdefer/kdefer/storage"
@@ -88,7 +89,7 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 
 	var c common
-	code := v1.ExitOK
+	code := stagecontract.ExitOK
 	root := &cobra.Command{
 		Use:           "kdefer-stage",
 		Short:         "Move files between a directory and object storage (file://, s3://, gs://, azblob://, mem://)",
@@ -129,7 +130,7 @@ func run(args []string, stderr io.Writer) int {
 	var outOpts stageout.Options
 	out := &cobra.Command{
 		Use:   "out --from DIR --to URL",
-		Short: "Upload DIR under the URL prefix, then write PREFIX/" + v1.ManifestKey,
+		Short: "Upload DIR under the URL prefix, then write PREFIX/" + stagecontract.ManifestKey,
 		Long: `Upload every regular file under DIR to URL/<relative path>, skipping objects
 already stored with the same size and checksum, and write the manifest last.
 URL placeholders {namespace} {job} {pod} {index} {trigger} {uid} {node} are
@@ -168,7 +169,7 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 		Use:   "in --from URL --to DIR",
 		Short: "Download a prefix, or the files of a manifest, into DIR",
 		Long: `Download every object under the URL prefix into DIR, or, when the URL ends in
-/` + v1.ManifestKey + `, exactly the files it lists, verifying their checksums.
+/` + stagecontract.ManifestKey + `, exactly the files it lists, verifying their checksums.
 Files are written to a temporary name and renamed when complete; files
 already present with the right content are skipped; keys that would leave
 DIR are refused before anything is written.`,
@@ -204,7 +205,7 @@ DIR are refused before anything is written.`,
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(stderr, "kdefer-stage: %v\n", err)
 		fmt.Fprintln(stderr, "run 'kdefer-stage --help' for usage")
-		return v1.ExitUsage
+		return stagecontract.ExitUsage
 	}
 	return code
 }
@@ -241,14 +242,14 @@ func setupLog(stderr io.Writer, c common) (zerolog.Logger, time.Duration) {
 
 // finish logs the outcome, writes the summary and returns the exit code.
 func finish(c common, log zerolog.Logger, op string, start time.Time, res any, err error) int {
-	s := v1.StageSummary{Op: op, DurationSeconds: float64(time.Since(start).Milliseconds()) / 1000}
+	s := stagecontract.StageSummary{Op: op, DurationSeconds: float64(time.Since(start).Milliseconds()) / 1000}
 	switch r := res.(type) {
 	case stageout.Result:
 		s.Bytes, s.Objects, s.Skipped, s.TotalBytes, s.ManifestURL = r.Bytes, r.Objects, r.Skipped, r.TotalBytes, r.ManifestURL
 	case stagein.Result:
 		s.Bytes, s.Objects, s.Skipped, s.TotalBytes, s.ManifestURL = r.Bytes, r.Objects, r.Skipped, r.TotalBytes, r.ManifestURL
 	}
-	code := v1.ExitOK
+	code := stagecontract.ExitOK
 	if err != nil {
 		class := storage.ClassOf(err)
 		if errors.Is(err, context.Canceled) {
@@ -256,11 +257,11 @@ func finish(c common, log zerolog.Logger, op string, start time.Time, res any, e
 		}
 		switch class {
 		case storage.Permanent:
-			code = v1.ExitPermanent
+			code = stagecontract.ExitPermanent
 		case storage.Usage:
-			code = v1.ExitUsage
+			code = stagecontract.ExitUsage
 		default:
-			code = v1.ExitTransient
+			code = stagecontract.ExitTransient
 		}
 		msg := err.Error()
 		if len(msg) > maxErrorLen {

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/stagein"
 	"github.com/kdefer/kdefer/stageout"
 	"github.com/kdefer/kdefer/storage"
@@ -353,7 +354,7 @@ func inOpts(be storage.Backend, from, to string) stagein.Options {
 
 func manifestBytes(t *testing.T, be storage.Backend, loc storage.Location) []byte {
 	t.Helper()
-	return read(t, be, loc.Prefix+storage.ManifestKey, 0, -1)
+	return read(t, be, loc.Prefix+stagecontract.ManifestKey, 0, -1)
 }
 
 func testStageOutIn(t *testing.T, h Harness) {
@@ -372,7 +373,7 @@ func testStageOutIn(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("stage-out: %v", err)
 	}
-	want := stageout.Result{Bytes: total, Objects: int64(len(tree)), TotalBytes: total, ManifestURL: loc.KeyURL(loc.Prefix + storage.ManifestKey)}
+	want := stageout.Result{Bytes: total, Objects: int64(len(tree)), TotalBytes: total, ManifestURL: loc.KeyURL(loc.Prefix + stagecontract.ManifestKey)}
 	if diff := cmp.Diff(want, res, cmpResult); diff != "" {
 		t.Errorf("first stage-out result (-want +got):\n%s", diff)
 	}
@@ -440,7 +441,7 @@ func testStageOutIn(t *testing.T, h Harness) {
 	}
 
 	// Stage-in from the manifest and from the prefix.
-	for _, from := range []string{loc.KeyURL(loc.Prefix + storage.ManifestKey), u} {
+	for _, from := range []string{loc.KeyURL(loc.Prefix + stagecontract.ManifestKey), u} {
 		dst := t.TempDir()
 		r, err := stagein.Run(ctx, inOpts(be, from, dst))
 		if err != nil {
@@ -508,7 +509,7 @@ func testInterrupted(t *testing.T, h Harness) {
 	if _, err := stageout.Run(ctx, o); !errors.Is(err, errInjected) {
 		t.Fatalf("interrupted stage-out: err = %v, want the injected failure", err)
 	}
-	if _, err := be.Stat(ctx, loc.Prefix+storage.ManifestKey); !errors.Is(err, storage.ErrNotExist) {
+	if _, err := be.Stat(ctx, loc.Prefix+stagecontract.ManifestKey); !errors.Is(err, storage.ErrNotExist) {
 		t.Fatalf("after an interrupted run, Stat(manifest) = %v; want no manifest", err)
 	}
 	res, err := stageout.Run(ctx, outOpts(be, src, u))
@@ -519,7 +520,7 @@ func testInterrupted(t *testing.T, h Harness) {
 		t.Errorf("rerun: skipped %d objects %d, want 10 and 20", res.Skipped, res.Objects)
 	}
 	dst := t.TempDir()
-	if _, err := stagein.Run(ctx, inOpts(be, loc.KeyURL(loc.Prefix+storage.ManifestKey), dst)); err != nil {
+	if _, err := stagein.Run(ctx, inOpts(be, loc.KeyURL(loc.Prefix+stagecontract.ManifestKey), dst)); err != nil {
 		t.Fatal(err)
 	}
 	if d := diffTrees(tree, ReadTree(t, dst)); d != "" {
@@ -553,7 +554,7 @@ func testHostileKeys(t *testing.T, h Harness) {
 			_ = be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error { listed = append(listed, oi.Key); return nil })
 			hostile := false
 			for _, k := range listed {
-				if k != loc.Prefix+"ok.txt" && storage.CheckRel(strings.TrimPrefix(k, loc.Prefix)) != nil && !strings.HasPrefix(strings.TrimPrefix(k, loc.Prefix), storage.ReservedDir) {
+				if k != loc.Prefix+"ok.txt" && storage.CheckRel(strings.TrimPrefix(k, loc.Prefix)) != nil && !strings.HasPrefix(strings.TrimPrefix(k, loc.Prefix), stagecontract.ReservedDir) {
 					hostile = true
 				}
 			}
@@ -606,10 +607,10 @@ func testHostileManifest(t *testing.T, h Harness) {
 		{"key":"a.txt","size":1,"checksum":"%s","mtime":"2026-01-01T00:00:00Z"},
 		{"key":"../escape","size":1,"checksum":"%s","mtime":"2026-01-01T00:00:00Z"}]}`,
 		storage.FormatChecksum(crcOf([]byte("a"))), storage.FormatChecksum(crcOf([]byte("a"))))
-	put(t, be, loc.Prefix+storage.ManifestKey, []byte(m))
+	put(t, be, loc.Prefix+stagecontract.ManifestKey, []byte(m))
 	parent := t.TempDir()
 	dst := filepath.Join(parent, "dst")
-	_, err := stagein.Run(ctx, inOpts(be, loc.KeyURL(loc.Prefix+storage.ManifestKey), dst))
+	_, err := stagein.Run(ctx, inOpts(be, loc.KeyURL(loc.Prefix+stagecontract.ManifestKey), dst))
 	if err == nil || storage.ClassOf(err) != storage.Permanent {
 		t.Errorf("stage-in of a hostile manifest: err = %v, want permanent", err)
 	}
