@@ -28,7 +28,7 @@ func TestEveryStore(t *testing.T) {
 }
 
 func inOpts(be storage.Backend, from, to string) stagein.Options {
-	return stagein.Options{From: from, To: to, Backend: be, Retry: stagetest.FastRetry(), Log: zerolog.Nop()}
+	return stagein.Options{From: from, To: to, TransferOptions: storage.TransferOptions{Backend: be, Retry: stagetest.FastRetry(), Log: zerolog.Nop()}}
 }
 
 // hostileKeys are object keys that must never become paths outside the

@@ -19,10 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
-
-	"github.com/rs/zerolog"
-	"k8s.io/utils/clock"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -32,20 +28,13 @@ import (
 type Options struct {
 	// From is a prefix URL or a manifest URL (".../_kdefer/manifest.json");
 	// To is the local directory (created if missing).
-	From, To    string
-	Concurrency int
-	Retry       storage.RetryPolicy
-	Log         zerolog.Logger
-	Clock       clock.WithTicker
-	// ProgressInterval between progress lines (0: none).
-	ProgressInterval time.Duration
+	From, To string
 	// AllowEmpty accepts a prefix with no objects (else a permanent error:
 	// missing inputs are almost always a wrong URL).
 	AllowEmpty bool
-	// IdleTimeout fails a stalled S3 connection (see storage.OpenOptions).
-	IdleTimeout time.Duration
-	// Backend, when set, is used instead of opening From (tests).
-	Backend storage.Backend
+	// TransferOptions are shared with stage-out; Backend, when set, is
+	// used instead of opening From.
+	storage.TransferOptions
 }
 
 // Result is what a stage-in did.
@@ -74,15 +63,7 @@ type entry struct {
 
 // Run performs the stage-in.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.Retry.Clock == nil {
-		o.Retry.Clock = o.Clock
-	}
+	o.TransferOptions = o.TransferOptions.WithDefaults()
 	prefixURL, isManifest := storage.SplitManifestURL(o.From)
 	loc, err := storage.ParseURL(prefixURL)
 	if err != nil {

@@ -30,7 +30,7 @@ func faultTree() stagetest.Tree {
 func opts(from, to string, attempts int) stageout.Options {
 	r := stagetest.FastRetry()
 	r.Attempts = attempts
-	return stageout.Options{From: from, To: to, Retry: r, Log: zerolog.Nop(), Version: "test", Concurrency: 8}
+	return stageout.Options{From: from, To: to, Version: "test", TransferOptions: storage.TransferOptions{Retry: r, Log: zerolog.Nop(), Concurrency: 8}}
 }
 
 // objects lists keys under the URL's prefix.
@@ -71,7 +71,7 @@ func verify(t *testing.T, u string, tree stagetest.Tree) {
 	prefixURL, query, _ := strings.Cut(u, "?")
 	dst := t.TempDir()
 	r := stagetest.FastRetry()
-	if _, err := stagein.Run(context.Background(), stagein.Options{From: prefixURL + stagecontract.ManifestKey + "?" + query, To: dst, Retry: r, Log: zerolog.Nop()}); err != nil {
+	if _, err := stagein.Run(context.Background(), stagein.Options{From: prefixURL + stagecontract.ManifestKey + "?" + query, To: dst, TransferOptions: storage.TransferOptions{Retry: r, Log: zerolog.Nop()}}); err != nil {
 		t.Fatalf("stage-in of the manifest: %v", err)
 	}
 	got := stagetest.ReadTree(t, dst)

@@ -33,7 +33,8 @@ func TestEveryStore(t *testing.T) {
 }
 
 func outOpts(be storage.Backend, from, to string) stageout.Options {
-	return stageout.Options{From: from, To: to, Backend: be, Retry: stagetest.FastRetry(), Log: zerolog.Nop(), Version: "test",
+	return stageout.Options{From: from, To: to, Version: "test",
+		TransferOptions: storage.TransferOptions{Backend: be, Retry: stagetest.FastRetry(), Log: zerolog.Nop()},
 		Env: func(k string) (string, bool) {
 			v, ok := map[string]string{"KDEFER_POD": "p-0", "KDEFER_TRIGGER": "Succeeded", "KDEFER_EXIT_CODE": "0"}[k]
 			return v, ok
@@ -41,7 +42,7 @@ func outOpts(be storage.Backend, from, to string) stageout.Options {
 }
 
 func inOpts(be storage.Backend, from, to string) stagein.Options {
-	return stagein.Options{From: from, To: to, Backend: be, Retry: stagetest.FastRetry(), Log: zerolog.Nop()}
+	return stagein.Options{From: from, To: to, TransferOptions: storage.TransferOptions{Backend: be, Retry: stagetest.FastRetry(), Log: zerolog.Nop()}}
 }
 
 func manifestBytes(t *testing.T, be storage.Backend, loc storage.Location) []byte {

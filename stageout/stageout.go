@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"k8s.io/utils/clock"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -31,21 +30,13 @@ type Options struct {
 	// already expanded).
 	From, To         string
 	Include, Exclude []string
-	// Concurrency is the number of transfers in flight (default 16).
-	Concurrency int
-	Retry       storage.RetryPolicy
-	Log         zerolog.Logger
-	Clock       clock.WithTicker
-	// ProgressInterval between progress lines (0: none).
-	ProgressInterval time.Duration
 	// Env looks up the KDEFER_* identity recorded in the manifest.
 	Env func(string) (string, bool)
 	// Version is recorded in the manifest as "kdefer-stage <Version>".
 	Version string
-	// IdleTimeout fails a stalled S3 connection (see storage.OpenOptions).
-	IdleTimeout time.Duration
-	// Backend, when set, is used instead of opening To (tests).
-	Backend storage.Backend
+	// TransferOptions are shared with stage-in; Backend, when set, is
+	// used instead of opening To.
+	storage.TransferOptions
 }
 
 // Result is what a stage-out did.
@@ -64,17 +55,9 @@ type file struct {
 
 // Run performs the stage-out.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
+	o.TransferOptions = o.TransferOptions.WithDefaults()
 	if o.Env == nil {
 		o.Env = os.LookupEnv
-	}
-	if o.Retry.Clock == nil {
-		o.Retry.Clock = o.Clock
 	}
 	start := o.Clock.Now()
 	loc, err := storage.ParseURL(o.To)
