@@ -3,6 +3,11 @@
 // written to a temporary name and renamed into place once complete and
 // verified, files already present with the right content skipped, and no
 // byte ever written outside the directory.
+//
+// It owns the download side of the stage contract. It must not write to or
+// delete from the store (stage-in only reads), must not write outside the
+// destination directory, and must not import stageout: what both engines
+// share lives in storage.
 package stagein
 
 import (

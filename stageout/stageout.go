@@ -2,6 +2,11 @@
 // files in parallel, large files in parallel parts, each file's CRC32C
 // computed in the pass that uploads it, objects already stored with the
 // same size and checksum skipped, and the manifest written last.
+//
+// It owns the upload side of the stage contract. It must not change the
+// source directory, must not delete any object but an outdated manifest of
+// its own prefix, and must not import stagein: what both engines share
+// lives in storage.
 package stageout
 
 import (

@@ -2,6 +2,9 @@
 // DeferPolicies as users write them, e.g.
 //
 //	MakeJob("sim", "default").Annotation(v1.AnnotationStageOut, "s3://b/{pod}/").Obj()
+//
+// It holds builders only, no assertions or fakes, and must be imported by
+// tests alone; it must not import controller or anything above render.
 package testing
 
 import (
