@@ -14,16 +14,14 @@ import (
 	"context"
 	"crypto/md5"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -71,7 +69,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	filter, err := NewFilter(o.Include, o.Exclude)
 	if err != nil {
-		return Result{}, storage.Usagef("%v", err)
+		return Result{}, storage.Usagef("%w", err)
 	}
 	root, err := os.OpenRoot(o.From)
 	if errors.Is(err, fs.ErrPermission) {
@@ -123,7 +121,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		})
 	})
 	if err != nil {
-		return Result{}, err
+		return Result{}, storage.WithOp("list "+loc.String(), err)
 	}
 
 	pctx, stopProgress := context.WithCancel(ctx)
@@ -150,7 +148,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("stop stage-out: %w", err)
 	}
 
 	// Every object is stored: now, and only now, the manifest.
@@ -186,69 +184,6 @@ func identity(env func(string) (string, bool)) map[string]string {
 		return nil
 	}
 	return id
-}
-
-// walk lists the regular files under root. Symlinks are followed only to
-// regular files inside root (os.Root refuses escapes); symlinked
-// directories are not followed (no loops, no escapes); special files are
-// skipped with a warning.
-func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger) ([]file, error) {
-	var files []file
-	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return unreadable("walk "+strconv.Quote(p), err)
-		}
-		if p == "." {
-			return nil
-		}
-		if d.IsDir() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return unreadable("stat "+strconv.Quote(p), err)
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			target, err := root.Stat(p)
-			if errors.Is(err, fs.ErrPermission) {
-				return unreadable("stat "+strconv.Quote(p), err) // not missing: unreadable
-			}
-			if err != nil {
-				log.Warn().Str("path", p).Str("reason", "symlink target is outside the directory or missing").Msg("skip symlink")
-				return nil
-			}
-			if !target.Mode().IsRegular() {
-				log.Warn().Str("path", p).Str("reason", "symlink to a non-regular file or directory is not followed").Msg("skip symlink")
-				return nil
-			}
-			info = target
-		} else if !info.Mode().IsRegular() {
-			log.Warn().Str("path", p).Str("mode", info.Mode().Type().String()).Msg("skip special file")
-			return nil
-		}
-		if !filter.Match(p) {
-			return nil
-		}
-		key, err := storage.KeyFor(prefix, p)
-		if err != nil {
-			return err
-		}
-		files = append(files, file{rel: p, key: key, size: info.Size(), mtime: info.ModTime()})
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
-	return files, nil
-}
-
-// unreadable annotates err, met doing op on a local file, with op; a
-// permission error also names the user stage-out runs as and the fix (the
-// defer pod runs it as the Job's containers' user only when their
-// securityContext says who that is).
-func unreadable(op string, err error) error {
-	return storage.Unreadable(op, os.Geteuid(), os.Getegid(), err)
 }
 
 type engine struct {
@@ -374,88 +309,6 @@ func (e *engine) alreadyStored(ctx context.Context, fh *os.File, f *file) (bool,
 	return bytes.Equal(oi.MD5, h.Sum(nil)), nil
 }
 
-func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File, f *file, partSize int64) error {
-	var up storage.Upload
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		var err error
-		up, err = e.mp.Begin(ctx, f.key)
-		return err
-	})
-	if err != nil {
-		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
-	}
-	n := int((f.size + partSize - 1) / partSize)
-	parts := make([]storage.Part, n)
-	errs := make([]error, n)
-	fns := make([]func(context.Context), n)
-	for i := range n {
-		off := int64(i) * partSize
-		size := min(partSize, f.size-off)
-		fns[i] = func(ctx context.Context) {
-			var sent int64
-			errs[i] = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-				e.prog.BytesDone.Add(-sent)
-				e.prog.Moved.Add(-sent)
-				sent = 0
-				src := &countReader{r: io.NewSectionReader(fh, off, size), on: func(k int64) {
-					sent += k
-					e.prog.BytesDone.Add(k)
-					e.prog.Moved.Add(k)
-				}}
-				var err error
-				parts[i], err = up.PutPart(ctx, i+1, src, size)
-				return err
-			})
-		}
-	}
-	pool.Parallel(fns)
-	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
-		if err == nil {
-			err = ctx.Err()
-		}
-		// Best effort: an upload left behind is cleaned by the bucket's
-		// lifecycle rule for incomplete uploads.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_ = up.Abort(actx)
-		cancel()
-		return storage.WithOp("upload "+strconv.Quote(f.rel), firstErr(errs, err))
-	}
-	crc := parts[0].CRC
-	for _, p := range parts[1:] {
-		crc = storage.CombineCRC32C(crc, p.CRC, p.Size)
-	}
-	err = e.o.Retry.Do(ctx, func(ctx context.Context) error { return up.Complete(ctx, parts, crc) })
-	if err != nil {
-		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
-	}
-	f.crc = crc
-	e.prog.Objects.Add(1)
-	e.prog.FilesDone.Add(1)
-	return nil
-}
-
-func firstErr(errs []error, def error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return def
-}
-
-type countReader struct {
-	r  io.Reader
-	on func(int64)
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if n > 0 {
-		c.on(int64(n))
-	}
-	return n, err
-}
-
 func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) error {
 	if !e.wrote && e.hasManifest {
 		// Nothing changed this run: keep the earlier manifest if it lists
@@ -468,7 +321,7 @@ func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) e
 	m.End = e.o.Clock.Now().UTC()
 	data, err := m.Marshal()
 	if err != nil {
-		return err
+		return fmt.Errorf("encode manifest: %w", err)
 	}
 	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
 		_, err := e.be.Put(ctx, e.manifestKey, bytes.NewReader(data), int64(len(data)), nil)

@@ -232,7 +232,7 @@ const DefaultIdleTimeout = time.Minute
 // Open opens the backend for loc.
 func Open(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 16
+		opts.Concurrency = DefaultConcurrency
 	}
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
