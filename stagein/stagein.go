@@ -146,17 +146,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	d := &downloader{o: o, be: be, root: root, prog: prog}
 	pool := storage.NewPool(ctx, o.Concurrency)
-	for i := range entries {
-		en := &entries[i]
-		if !pool.Submit(func(ctx context.Context) {
-			if err := d.file(ctx, pool, en); err != nil {
-				pool.Fail(err)
-			}
-		}) {
-			break
-		}
-	}
-	if err := pool.Wait(); err != nil {
+	err = pool.Each(len(entries), func(ctx context.Context, i int) error { return d.file(ctx, pool, &entries[i]) })
+	if err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -133,18 +133,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		e.mp = mp
 	}
 	pool := storage.NewPool(ctx, o.Concurrency)
-	for i := range files {
+	err = pool.Each(len(files), func(ctx context.Context, i int) error {
 		f := &files[i]
-		size, exists := existing[f.key]
-		if !pool.Submit(func(ctx context.Context) {
-			if err := e.file(ctx, pool, f, exists && size == f.size); err != nil {
-				pool.Fail(err)
-			}
-		}) {
-			break
-		}
-	}
-	if err := pool.Wait(); err != nil {
+		size, exists := existing[f.key] // read-only once listed
+		return e.file(ctx, pool, f, exists && size == f.size)
+	})
+	if err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
