@@ -44,8 +44,7 @@ type Options struct {
 
 // Result is what a stage-in did.
 type Result struct {
-	Bytes, Objects, Skipped, TotalBytes int64
-	ManifestURL                         string
+	storage.TransferResult
 }
 
 // TempSuffix marks files being downloaded. The name is deterministic so a

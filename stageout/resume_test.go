@@ -66,7 +66,7 @@ func testStageOutIn(t *testing.T, h storagetest.Harness) {
 	if err != nil {
 		t.Fatalf("stage-out: %v", err)
 	}
-	want := stageout.Result{Bytes: total, Objects: int64(len(tree)), TotalBytes: total, ManifestURL: loc.KeyURL(loc.Prefix + stagecontract.ManifestKey)}
+	want := stageout.Result{TransferResult: storage.TransferResult{Bytes: total, Objects: int64(len(tree)), TotalBytes: total, ManifestURL: loc.KeyURL(loc.Prefix + stagecontract.ManifestKey)}}
 	if diff := cmp.Diff(want, res, cmpResult); diff != "" {
 		t.Errorf("first stage-out result (-want +got):\n%s", diff)
 	}
@@ -104,7 +104,7 @@ func testStageOutIn(t *testing.T, h storagetest.Harness) {
 	if err != nil {
 		t.Fatalf("rerun: %v", err)
 	}
-	want = stageout.Result{Skipped: int64(len(tree)), TotalBytes: total, ManifestURL: want.ManifestURL}
+	want = stageout.Result{TransferResult: storage.TransferResult{Skipped: int64(len(tree)), TotalBytes: total, ManifestURL: want.ManifestURL}}
 	if diff := cmp.Diff(want, res, cmpResult); diff != "" {
 		t.Errorf("rerun result (-want +got):\n%s", diff)
 	}

@@ -44,9 +44,9 @@ type Options struct {
 
 // Result is what a stage-out did.
 type Result struct {
-	Bytes, Objects, Skipped, TotalBytes int64
-	ManifestURL                         string
-	Manifest                            *stagecontract.Manifest
+	storage.TransferResult
+	// Manifest is the manifest the prefix holds after the run.
+	Manifest *stagecontract.Manifest
 }
 
 type file struct {
@@ -159,10 +159,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := e.writeManifest(ctx, m); err != nil {
 		return Result{}, err
 	}
-	res := Result{
+	res := Result{TransferResult: storage.TransferResult{
 		Bytes: prog.Moved.Load(), Objects: prog.Objects.Load(), Skipped: prog.Skipped.Load(),
-		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey), Manifest: m,
-	}
+		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey),
+	}, Manifest: m}
 	prog.Log(o.Log, "report final progress")
 	return res, nil
 }

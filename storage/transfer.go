@@ -42,3 +42,15 @@ func (o TransferOptions) WithDefaults() TransferOptions {
 	}
 	return o
 }
+
+// TransferResult is what a transfer did; both engines' Results embed it,
+// and kdefer-stage turns it into the StageSummary.
+type TransferResult struct {
+	// Bytes and Objects moved by this run; Skipped objects were complete
+	// at the destination already.
+	Bytes, Objects, Skipped int64
+	// TotalBytes of every file the run covers, moved or skipped.
+	TotalBytes int64
+	// ManifestURL of the manifest written or read, without credentials.
+	ManifestURL string
+}

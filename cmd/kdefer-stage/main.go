@@ -25,6 +25,7 @@ import (
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/stagein"
 	"github.com/kdefer/kdefer/stageout"
+	"github.com/kdefer/kdefer/storage"
 )
 
 func main() {
@@ -67,10 +68,10 @@ S3 URL parameters: endpoint=http://host:port, region=, use_path_style=true,
 disable_https=true. Credentials come from the AWS environment or files only.`,
 		},
 		op: "out", urlFlag: "--to", url: &out.To, transfer: &out.TransferOptions,
-		run: func(ctx context.Context) (stagecontract.StageSummary, error) {
+		run: func(ctx context.Context) (storage.TransferResult, error) {
 			out.Version = toolVersion()
 			r, err := stageout.Run(ctx, out)
-			return stagecontract.StageSummary{Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL}, err
+			return r.TransferResult, err
 		},
 	})
 	outCmd.Flags().StringVar(&out.From, "from", "", "directory to upload (required)")
@@ -92,9 +93,9 @@ already present with the right content are skipped; keys that would leave
 DIR are refused before anything is written.`,
 		},
 		op: "in", urlFlag: "--from", url: &in.From, transfer: &in.TransferOptions,
-		run: func(ctx context.Context) (stagecontract.StageSummary, error) {
+		run: func(ctx context.Context) (storage.TransferResult, error) {
 			r, err := stagein.Run(ctx, in)
-			return stagecontract.StageSummary{Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL}, err
+			return r.TransferResult, err
 		},
 	})
 	inCmd.Flags().StringVar(&in.From, "from", "", "source URL prefix or manifest URL (required)")

@@ -89,7 +89,7 @@ type step struct {
 	urlFlag  string // "--to" or "--from"
 	url      *string
 	transfer *storage.TransferOptions
-	run      func(context.Context) (stagecontract.StageSummary, error)
+	run      func(context.Context) (storage.TransferResult, error)
 }
 
 // command is the one skeleton both subcommands run: logging, engine
@@ -106,12 +106,12 @@ func (o *options) command(ctx context.Context, s step) *cobra.Command {
 		url, err := storage.ExpandTemplate(*s.url, os.LookupEnv)
 		if err != nil {
 			err = storage.Permanentf("set the KDEFER_* variable or fix the template", "%s: %w", s.urlFlag, err)
-			o.code = o.finish(log, s.op, start, stagecontract.StageSummary{}, err)
+			o.code = o.finish(log, s.op, start, storage.TransferResult{}, err)
 			return nil
 		}
 		*s.url = url
-		sum, err := s.run(ctx)
-		o.code = o.finish(log, s.op, start, sum, err)
+		res, err := s.run(ctx)
+		o.code = o.finish(log, s.op, start, res, err)
 		return nil
 	}
 	return s.cmd
@@ -150,8 +150,9 @@ func (o *options) logger() (zerolog.Logger, time.Duration) {
 }
 
 // finish logs the outcome, writes the summary and returns the exit code.
-func (o *options) finish(log zerolog.Logger, op string, start time.Time, s stagecontract.StageSummary, err error) int {
-	s.Op, s.DurationSeconds = op, float64(time.Since(start).Milliseconds())/1000
+func (o *options) finish(log zerolog.Logger, op string, start time.Time, r storage.TransferResult, err error) int {
+	s := stagecontract.StageSummary{Op: op, DurationSeconds: float64(time.Since(start).Milliseconds()) / 1000,
+		Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL}
 	code := stagecontract.ExitOK
 	if err != nil {
 		class := storage.ClassOf(err)
