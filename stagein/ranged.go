@@ -40,22 +40,16 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 		off := int64(i) * rangeSize
 		size := min(int64(rangeSize), en.size-off)
 		fns[i] = func(ctx context.Context) {
-			var got int64
+			moved := d.prog.Attempt()
 			errs[i] = d.o.Retry.Do(ctx, func(ctx context.Context) error {
-				d.prog.BytesDone.Add(-got)
-				d.prog.Moved.Add(-got)
-				got = 0
+				moved.Restart()
 				r, _, err := d.be.NewReader(ctx, en.key, off, size)
 				if err != nil {
 					return err
 				}
 				defer r.Close()
 				crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-				w := io.MultiWriter(io.NewOffsetWriter(f, off), crc, progressWriter(func(k int64) {
-					got += k
-					d.prog.BytesDone.Add(k)
-					d.prog.Moved.Add(k)
-				}))
+				w := io.MultiWriter(io.NewOffsetWriter(f, off), crc, moved)
 				m, err := storage.CopyBuffer(w, r)
 				if err != nil {
 					return err

@@ -294,11 +294,9 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 var errChecksum = errors.New("checksum mismatch")
 
 func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
-	var got int64
+	moved := d.prog.Attempt()
 	err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
-		d.prog.BytesDone.Add(-got)
-		d.prog.Moved.Add(-got)
-		got = 0
+		moved.Restart()
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
@@ -311,11 +309,7 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		}
 		defer r.Close()
 		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-		n, err := storage.CopyBuffer(io.MultiWriter(f, crc, progressWriter(func(k int64) {
-			got += k
-			d.prog.BytesDone.Add(k)
-			d.prog.Moved.Add(k)
-		})), r)
+		n, err := storage.CopyBuffer(io.MultiWriter(f, crc, moved), r)
 		if err != nil {
 			return err
 		}
@@ -333,7 +327,3 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 	})
 	return storage.WithOp("download "+strconv.Quote(en.key), err)
 }
-
-type progressWriter func(int64)
-
-func (p progressWriter) Write(b []byte) (int, error) { p(int64(len(b))); return len(b), nil }

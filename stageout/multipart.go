@@ -31,16 +31,10 @@ func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File,
 		off := int64(i) * partSize
 		size := min(partSize, f.size-off)
 		fns[i] = func(ctx context.Context) {
-			var sent int64
+			moved := e.prog.Attempt()
 			errs[i] = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-				e.prog.BytesDone.Add(-sent)
-				e.prog.Moved.Add(-sent)
-				sent = 0
-				src := &countReader{r: io.NewSectionReader(fh, off, size), on: func(k int64) {
-					sent += k
-					e.prog.BytesDone.Add(k)
-					e.prog.Moved.Add(k)
-				}}
+				moved.Restart()
+				src := &countReader{r: io.NewSectionReader(fh, off, size), on: moved.Add}
 				var err error
 				parts[i], err = up.PutPart(ctx, i+1, src, size)
 				return err

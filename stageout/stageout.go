@@ -236,16 +236,10 @@ func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, sameSize
 			return e.multipart(ctx, pool, fh, f, ps)
 		}
 	}
-	var sent int64
+	moved := e.prog.Attempt()
 	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		e.prog.BytesDone.Add(-sent)
-		e.prog.Moved.Add(-sent)
-		sent = 0
-		crc, err := e.be.Put(ctx, f.key, fh, f.size, func(n int64) {
-			sent += n
-			e.prog.BytesDone.Add(n)
-			e.prog.Moved.Add(n)
-		})
+		moved.Restart()
+		crc, err := e.be.Put(ctx, f.key, fh, f.size, moved.Add)
 		f.crc = crc
 		return err
 	})
