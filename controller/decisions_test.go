@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 var t0 = kt.T0
@@ -148,7 +149,7 @@ func TestObserve(t *testing.T) {
 		f(p)
 		return p
 	}
-	sum := &v1.StageSummary{Op: "out", Bytes: 10, Objects: 2, ManifestURL: "s3://b/m"}
+	sum := &stagecontract.StageSummary{Op: "out", Bytes: 10, Objects: 2, ManifestURL: "s3://b/m"}
 	type got struct {
 		Done, Failed bool
 		Reason       string

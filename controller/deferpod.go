@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // Defer pods run as this user; the stage image is built for it.
@@ -297,16 +298,16 @@ func runOwnerRef(run *v1.DeferRun, controller bool) metav1.OwnerReference {
 
 func stepEnv(run *v1.DeferRun) []corev1.EnvVar {
 	env := []corev1.EnvVar{
-		{Name: v1.EnvNamespace, Value: run.Namespace},
-		{Name: v1.EnvJob, Value: run.Spec.JobName},
-		{Name: v1.EnvPod, Value: run.Spec.PodName},
-		{Name: v1.EnvNode, Value: run.Status.NodeName},
-		{Name: v1.EnvUID, Value: string(run.Spec.PodUID)},
-		{Name: v1.EnvTrigger, Value: string(run.Status.Trigger)},
-		{Name: v1.EnvExitCode, Value: strconv.Itoa(int(ExitCode(run.Status.ExitCodes)))},
+		{Name: stagecontract.EnvNamespace, Value: run.Namespace},
+		{Name: stagecontract.EnvJob, Value: run.Spec.JobName},
+		{Name: stagecontract.EnvPod, Value: run.Spec.PodName},
+		{Name: stagecontract.EnvNode, Value: run.Status.NodeName},
+		{Name: stagecontract.EnvUID, Value: string(run.Spec.PodUID)},
+		{Name: stagecontract.EnvTrigger, Value: string(run.Status.Trigger)},
+		{Name: stagecontract.EnvExitCode, Value: strconv.Itoa(int(ExitCode(run.Status.ExitCodes)))},
 	}
 	if run.Spec.CompletionIndex != nil {
-		env = append(env, corev1.EnvVar{Name: v1.EnvIndex, Value: strconv.Itoa(int(*run.Spec.CompletionIndex))})
+		env = append(env, corev1.EnvVar{Name: stagecontract.EnvIndex, Value: strconv.Itoa(int(*run.Spec.CompletionIndex))})
 	}
 	return env
 }

@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 func TestBuildDeferPod(t *testing.T) {
@@ -100,8 +101,8 @@ func TestDeferPodInvariants(t *testing.T) {
 		p.DeferContainers = []corev1.Container{{Name: "hook", Image: "x", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{}}}}}
 	}).Obj()
 	pod := BuildDeferPod(run, DeferPodOptions{StageImage: "img"})
-	wantEnv := map[string]string{v1.EnvTrigger: "Drained", v1.EnvExitCode: "143", v1.EnvPod: "p", v1.EnvJob: "j",
-		v1.EnvNamespace: "ns", v1.EnvNode: "n1", v1.EnvUID: "uid-p"}
+	wantEnv := map[string]string{stagecontract.EnvTrigger: "Drained", stagecontract.EnvExitCode: "143", stagecontract.EnvPod: "p", stagecontract.EnvJob: "j",
+		stagecontract.EnvNamespace: "ns", stagecontract.EnvNode: "n1", stagecontract.EnvUID: "uid-p"}
 	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		got := map[string]string{}
 		for _, e := range c.Env {

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // A skip on the Job releases the volume and the pod without a defer pod.
@@ -112,7 +113,7 @@ func TestReleaseByHand(t *testing.T) {
 	w.settle()
 	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-x-defer", Namespace: "ns"}}
 	w.status(dp, func() {
-		kt.FinishDeferPod(dp, v1.ExitPermanent, 0, &v1.StageSummary{Op: "out", ErrorClass: "permanent", Error: "no such bucket"}, false)
+		kt.FinishDeferPod(dp, stagecontract.ExitPermanent, 0, &stagecontract.StageSummary{Op: "out", ErrorClass: "permanent", Error: "no such bucket"}, false)
 	})
 	w.settle()
 	run := &v1.DeferRun{}
@@ -236,8 +237,8 @@ func TestPodGoneWithoutNode(t *testing.T) {
 	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); err != nil {
 		t.Fatalf("no defer pod: %v", err)
 	}
-	if dp.Spec.NodeName != "" || envOf(dp, v1.EnvTrigger) != string(v1.TriggerDeleted) {
-		t.Errorf("defer pod node %q trigger %q", dp.Spec.NodeName, envOf(dp, v1.EnvTrigger))
+	if dp.Spec.NodeName != "" || envOf(dp, stagecontract.EnvTrigger) != string(v1.TriggerDeleted) {
+		t.Errorf("defer pod node %q trigger %q", dp.Spec.NodeName, envOf(dp, stagecontract.EnvTrigger))
 	}
 }
 

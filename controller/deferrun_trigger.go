@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // trigger classifies the run's pod into s.status. The pod side only arms;
@@ -58,9 +59,9 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, dp); err == nil && IsDeferPodOf(dp, run) {
 		for _, e := range dp.Spec.Containers[0].Env {
 			switch {
-			case e.Name == v1.EnvTrigger && v1.Trigger(e.Value).IsValid():
+			case e.Name == stagecontract.EnvTrigger && v1.Trigger(e.Value).IsValid():
 				class.Trigger = v1.Trigger(e.Value)
-			case e.Name == v1.EnvNode:
+			case e.Name == stagecontract.EnvNode:
 				node = e.Value
 			}
 		}

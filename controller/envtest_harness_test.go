@@ -23,6 +23,7 @@ import (
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	rt "github.com/kdefer/kdefer/render/testing"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -196,7 +197,7 @@ func (h *harness) waitDeferPod(run *v1.DeferRun) *corev1.Pod {
 	return p
 }
 
-func (h *harness) finishDeferPod(p *corev1.Pod, code int32, restarts int32, sum *v1.StageSummary, failed bool) {
+func (h *harness) finishDeferPod(p *corev1.Pod, code int32, restarts int32, sum *stagecontract.StageSummary, failed bool) {
 	h.updatePodStatus(p, func(p *corev1.Pod) { kt.FinishDeferPod(p, code, restarts, sum, failed) })
 }
 
@@ -268,4 +269,4 @@ func env(p *corev1.Pod, name string) string {
 	return ""
 }
 
-var okSummary = &v1.StageSummary{Op: "out", Bytes: 1234, Objects: 3, TotalBytes: 1234, ManifestURL: "s3://bucket/ns/p/_kdefer/manifest.json"}
+var okSummary = &stagecontract.StageSummary{Op: "out", Bytes: 1234, Objects: 3, TotalBytes: 1234, ManifestURL: "s3://bucket/ns/p/_kdefer/manifest.json"}

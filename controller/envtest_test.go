@@ -19,6 +19,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 func TestEnvtest(t *testing.T) {
@@ -81,7 +82,7 @@ func testTriggers(h *harness) {
 		run := h.waitArmed(pod)
 		tc.end(h, pod)
 		dp := h.waitDeferPod(run)
-		if got := env(dp, v1.EnvTrigger); got != string(tc.want) {
+		if got := env(dp, stagecontract.EnvTrigger); got != string(tc.want) {
 			h.t.Errorf("%s: defer pod KDEFER_TRIGGER = %q, want %q", tc.name, got, tc.want)
 		}
 		if dp.Spec.NodeName != node {
@@ -124,14 +125,14 @@ func testFailures(h *harness) {
 		restarts int32
 		reason   string
 	}{
-		{"permanent", v1.ExitPermanent, 0, v1.ReasonPermanentError},
+		{"permanent", stagecontract.ExitPermanent, 0, v1.ReasonPermanentError},
 		{"retries", 1, 4, v1.ReasonRetriesExhausted},
 	} {
 		_, pod := h.managedJobPod(ns, tc.name)
 		run := h.waitArmed(pod)
 		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
 		dp := h.waitDeferPod(run)
-		h.finishDeferPod(dp, tc.code, tc.restarts, &v1.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, false)
+		h.finishDeferPod(dp, tc.code, tc.restarts, &stagecontract.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, false)
 		h.waitFinished(run, v1.DeferRunFailed)
 		if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); c.Reason != tc.reason {
 			h.t.Errorf("%s: Failed reason %s (%s), want %s", tc.name, c.Reason, c.Message, tc.reason)
@@ -244,8 +245,8 @@ func testDowntime(h *harness) {
 	defer h.stop()
 	run := h.waitArmed(pod)
 	dp := h.waitDeferPod(run)
-	if env(dp, v1.EnvTrigger) != string(v1.TriggerFailed) {
-		h.t.Errorf("trigger %q, want Failed (it failed before it was deleted)", env(dp, v1.EnvTrigger))
+	if env(dp, stagecontract.EnvTrigger) != string(v1.TriggerFailed) {
+		h.t.Errorf("trigger %q, want Failed (it failed before it was deleted)", env(dp, stagecontract.EnvTrigger))
 	}
 	h.finishDeferPod(dp, 0, 0, okSummary, false)
 	h.waitFinished(run, v1.DeferRunSucceeded)

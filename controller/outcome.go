@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // Outcome is what a defer pod's status says about its run.
@@ -15,7 +16,7 @@ type Outcome struct {
 	// Steps in order, with attempts, last exit code and message.
 	Steps []v1.StepStatus
 	// Summary is the stage-out step's StageSummary, once it has one.
-	Summary *v1.StageSummary
+	Summary *stagecontract.StageSummary
 	// Done and Failed: the run is over; Reason/Message say why it failed.
 	Done, Failed    bool
 	Reason, Message string
@@ -59,7 +60,7 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 					}
 				}
 			}
-			if code == v1.ExitPermanent || code == v1.ExitUsage {
+			if code == stagecontract.ExitPermanent || code == stagecontract.ExitUsage {
 				o.Done, o.Failed, o.Reason = true, true, v1.ReasonPermanentError
 				o.Message = fmt.Sprintf("step %s exited %d (permanent error, not retried): %s", c.Name, code, step.Message)
 			} else if code != 0 && s.RestartCount > retryLimit {
@@ -87,12 +88,12 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 	return o
 }
 
-func parseSummary(msg string) (*v1.StageSummary, bool) {
+func parseSummary(msg string) (*stagecontract.StageSummary, bool) {
 	msg = strings.TrimSpace(msg)
 	if !strings.HasPrefix(msg, "{") {
 		return nil, false
 	}
-	var s v1.StageSummary
+	var s stagecontract.StageSummary
 	if err := json.Unmarshal([]byte(msg), &s); err != nil {
 		return nil, false
 	}

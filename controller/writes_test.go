@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // TestWritesPerRun counts the API writes of one pod's life under kdefer with
@@ -97,7 +98,9 @@ func TestWritesPerRun(t *testing.T) {
 				w.settle()
 			}
 			dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-x-defer", Namespace: "ns"}}
-			w.status(dp, func() { kt.FinishDeferPod(dp, 0, 0, &v1.StageSummary{Op: "out", Bytes: 5, Objects: 1}, false) })
+			w.status(dp, func() {
+				kt.FinishDeferPod(dp, 0, 0, &stagecontract.StageSummary{Op: "out", Bytes: 5, Objects: 1}, false)
+			})
 			w.settle()
 
 			var got []string
@@ -166,7 +169,9 @@ func TestTTL(t *testing.T) {
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
 	w.settle()
 	dp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-x-defer", Namespace: "ns"}}
-	w.status(dp, func() { kt.FinishDeferPod(dp, 0, 0, &v1.StageSummary{Op: "out", Bytes: 5, Objects: 1}, false) })
+	w.status(dp, func() {
+		kt.FinishDeferPod(dp, 0, 0, &stagecontract.StageSummary{Op: "out", Bytes: 5, Objects: 1}, false)
+	})
 	w.settle()
 	run := &v1.DeferRun{}
 	if err := w.c.Get(context.Background(), w.key, run); err != nil {

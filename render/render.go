@@ -6,20 +6,20 @@
 // so a pod alone carries its configuration. Everything else is left alone.
 //
 // Render is a pure function of its inputs: the webhook, the CLI and the
-// tests call it, and rendering a rendered Job changes nothing.
+// tests call it, and rendering a rendered Job changes nothing. It must not
+// read or write the cluster, keep state, or import controller or cmd; what
+// the stage steps expect of the pod (environment) is stagecontract's.
 package render
 
 import (
 	"errors"
 	"fmt"
-	"path"
+	"slices"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
@@ -306,7 +306,7 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 		tmpl.Labels = map[string]string{}
 	}
 	tmpl.Labels[v1.LabelManaged] = "true"
-	if !hasString(tmpl.Finalizers, v1.PodFinalizer) {
+	if !slices.Contains(tmpl.Finalizers, v1.PodFinalizer) {
 		tmpl.Finalizers = append(tmpl.Finalizers, v1.PodFinalizer)
 	}
 	if tmpl.Annotations == nil {
@@ -318,198 +318,3 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	tmpl.Annotations[v1.AnnotationRendered] = v1.Version
 	return nil
 }
-
-// sizeFromEmptyDir keeps an emptyDir's sizeLimit as the claim's size unless
-// the size was set explicitly.
-func sizeFromEmptyDir(policy *v1.DeferPolicySpec, ann map[string]string, ed *corev1.EmptyDirVolumeSource) *resource.Quantity {
-	if _, ok := ann[v1.AnnotationWorkSize]; ok {
-		return nil
-	}
-	if policy != nil && policy.WorkVolume.Size != nil {
-		return nil
-	}
-	if ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 {
-		q := ed.SizeLimit.DeepCopy()
-		return &q
-	}
-	return nil
-}
-
-func claimTemplate(pol v1.DeferPolicySpec, size *resource.Quantity) *corev1.PersistentVolumeClaimTemplate {
-	wv := pol.WorkVolume
-	if size == nil {
-		size = wv.Size
-	}
-	t := &corev1.PersistentVolumeClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1.LabelWorkVolume: wv.Name}},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: append([]corev1.PersistentVolumeAccessMode(nil), wv.AccessModes...),
-			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size.DeepCopy()}},
-		},
-	}
-	if wv.StorageClassName != nil {
-		sc := *wv.StorageClassName
-		t.Spec.StorageClassName = &sc
-	}
-	return t
-}
-
-func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts Options) corev1.Container {
-	f := func(p string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: p}}
-	}
-	c := corev1.Container{
-		Name:            name,
-		Image:           opts.StageImage,
-		ImagePullPolicy: opts.ImagePullPolicy,
-		Args:            []string{"in", "--from", in.URL, "--to", path.Join(StageMountPath, in.Path), "--log-format", "json"},
-		Env: []corev1.EnvVar{
-			{Name: v1.EnvNamespace, ValueFrom: f("metadata.namespace")},
-			{Name: v1.EnvJob, ValueFrom: f("metadata.labels['" + JobNameLabel + "']")},
-			{Name: v1.EnvPod, ValueFrom: f("metadata.name")},
-			{Name: v1.EnvUID, ValueFrom: f("metadata.uid")},
-			{Name: v1.EnvNode, ValueFrom: f("spec.nodeName")},
-			{Name: v1.EnvIndex, ValueFrom: f("metadata.annotations['" + JobCompletionIndexAnnotation + "']")},
-		},
-		VolumeMounts:             []corev1.VolumeMount{{Name: pol.WorkVolume.Name, MountPath: StageMountPath}},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("100m"),
-			corev1.ResourceMemory: resource.MustParse("128Mi"),
-		}},
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr(false),
-			ReadOnlyRootFilesystem:   ptr(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			// Meets the restricted Pod Security Standard even when the pod
-			// sets seccomp per container. The user is the pod's (or the
-			// image's), so stage-in writes files the main containers own.
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-	}
-	if pol.Credentials != nil {
-		c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: *pol.Credentials}}}
-	}
-	return c
-}
-
-// ownFields returns old with the fields render sets taken from want.
-func ownFields(old, want corev1.Container) corev1.Container {
-	c := *old.DeepCopy()
-	c.Image, c.ImagePullPolicy = want.Image, want.ImagePullPolicy
-	c.Command, c.Args = want.Command, want.Args
-	c.Env, c.EnvFrom = want.Env, want.EnvFrom
-	c.VolumeMounts = want.VolumeMounts
-	c.TerminationMessagePolicy = want.TerminationMessagePolicy
-	c.Resources = want.Resources
-	c.SecurityContext = want.SecurityContext
-	c.RestartPolicy = want.RestartPolicy
-	return c
-}
-
-// checkCredentials refuses a template in which a container of the user's
-// (main, init, sidecar or ephemeral) could read the credentials Secret.
-func checkCredentials(spec *corev1.PodSpec, secret string) []error {
-	var errs []error
-	fix := fmt.Sprintf("kdefer gives the Secret named by %s only to its stage steps: give the container a different Secret, or remove the reference", v1.AnnotationCredentials)
-	secretVols := map[string]bool{}
-	for _, v := range spec.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == secret {
-			secretVols[v.Name] = true
-		}
-		if v.Projected != nil {
-			for _, s := range v.Projected.Sources {
-				if s.Secret != nil && s.Secret.Name == secret {
-					secretVols[v.Name] = true
-				}
-			}
-		}
-	}
-	check := func(kind string, i int, c *corev1.Container) {
-		where := fmt.Sprintf("spec.template.spec.%s[%d] (%s)", kind, i, c.Name)
-		for _, e := range c.EnvFrom {
-			if e.SecretRef != nil && e.SecretRef.Name == secret {
-				errs = append(errs, &TemplateError{Field: where + ".envFrom", Problem: fmt.Sprintf("receives the credentials Secret %q", secret), Fix: fix})
-			}
-		}
-		for _, e := range c.Env {
-			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret {
-				errs = append(errs, &TemplateError{Field: where + ".env[" + e.Name + "]", Problem: fmt.Sprintf("reads key %q of the credentials Secret %q", e.ValueFrom.SecretKeyRef.Key, secret), Fix: fix})
-			}
-		}
-		for _, m := range c.VolumeMounts {
-			if secretVols[m.Name] {
-				errs = append(errs, &TemplateError{Field: where + ".volumeMounts", Problem: fmt.Sprintf("mounts volume %q, which holds the credentials Secret %q", m.Name, secret), Fix: fix})
-			}
-		}
-	}
-	for i := range spec.Containers {
-		check("containers", i, &spec.Containers[i])
-	}
-	for i := range spec.InitContainers {
-		if !strings.HasPrefix(spec.InitContainers[i].Name, StageInContainerName) {
-			check("initContainers", i, &spec.InitContainers[i])
-		}
-	}
-	for i := range spec.EphemeralContainers {
-		c := corev1.Container(spec.EphemeralContainers[i].EphemeralContainerCommon)
-		check("ephemeralContainers", i, &c)
-	}
-	return errs
-}
-
-func mountsVolume(c *corev1.Container, name string) bool {
-	for _, m := range c.VolumeMounts {
-		if m.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// mountAt returns the volume mounted at exactly p, or "".
-func mountAt(c *corev1.Container, p string) string {
-	p = path.Clean(p)
-	for _, m := range c.VolumeMounts {
-		if path.Clean(m.MountPath) == p {
-			return m.Name
-		}
-	}
-	return ""
-}
-
-func volumeKind(v *corev1.Volume) string {
-	s := v.VolumeSource
-	switch {
-	case s.HostPath != nil:
-		return "hostPath"
-	case s.PersistentVolumeClaim != nil:
-		return "persistentVolumeClaim"
-	case s.ConfigMap != nil:
-		return "configMap"
-	case s.Secret != nil:
-		return "secret"
-	case s.Projected != nil:
-		return "projected"
-	case s.DownwardAPI != nil:
-		return "downwardAPI"
-	case s.NFS != nil:
-		return "nfs"
-	case s.CSI != nil:
-		return "csi"
-	case s.Image != nil:
-		return "image"
-	}
-	return "non-emptyDir"
-}
-
-func hasString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func ptr[T any](v T) *T { return &v }

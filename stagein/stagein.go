@@ -3,6 +3,11 @@
 // written to a temporary name and renamed into place once complete and
 // verified, files already present with the right content skipped, and no
 // byte ever written outside the directory.
+//
+// It owns the download side of the stage contract. It must not write to or
+// delete from the store (stage-in only reads), must not write outside the
+// destination directory, and must not import stageout: what both engines
+// share lives in storage.
 package stagein
 
 import (
@@ -19,11 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/rs/zerolog"
-	"k8s.io/utils/clock"
-
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -31,26 +33,18 @@ import (
 type Options struct {
 	// From is a prefix URL or a manifest URL (".../_kdefer/manifest.json");
 	// To is the local directory (created if missing).
-	From, To    string
-	Concurrency int
-	Retry       storage.RetryPolicy
-	Log         zerolog.Logger
-	Clock       clock.WithTicker
-	// ProgressInterval between progress lines (0: none).
-	ProgressInterval time.Duration
+	From, To string
 	// AllowEmpty accepts a prefix with no objects (else a permanent error:
 	// missing inputs are almost always a wrong URL).
 	AllowEmpty bool
-	// IdleTimeout fails a stalled S3 connection (see storage.OpenOptions).
-	IdleTimeout time.Duration
-	// Backend, when set, is used instead of opening From (tests).
-	Backend storage.Backend
+	// TransferOptions are shared with stage-out; Backend, when set, is
+	// used instead of opening From.
+	storage.TransferOptions
 }
 
 // Result is what a stage-in did.
 type Result struct {
-	Bytes, Objects, Skipped, TotalBytes int64
-	ManifestURL                         string
+	storage.TransferResult
 }
 
 // TempSuffix marks files being downloaded. The name is deterministic so a
@@ -73,15 +67,7 @@ type entry struct {
 
 // Run performs the stage-in.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.Retry.Clock == nil {
-		o.Retry.Clock = o.Clock
-	}
+	o.TransferOptions = o.TransferOptions.WithDefaults()
 	prefixURL, isManifest := storage.SplitManifestURL(o.From)
 	loc, err := storage.ParseURL(prefixURL)
 	if err != nil {
@@ -101,7 +87,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var entries []entry
 	res := Result{}
 	if isManifest {
-		mkey := loc.Prefix + storage.ManifestKey
+		mkey := loc.Prefix + stagecontract.ManifestKey
 		m, err := storage.ReadManifest(ctx, be, mkey, o.Retry)
 		if err != nil {
 			return Result{}, err
@@ -115,7 +101,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		err = o.Retry.Do(ctx, func(ctx context.Context) error {
 			entries = entries[:0]
 			return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
-				if strings.HasPrefix(oi.Key, loc.Prefix+storage.ReservedDir) {
+				if strings.HasPrefix(oi.Key, loc.Prefix+stagecontract.ReservedDir) {
 					return nil // kdefer's own objects
 				}
 				rel, err := storage.RelFor(loc.Prefix, oi.Key)
@@ -159,21 +145,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	d := &downloader{o: o, be: be, root: root, prog: prog}
 	pool := storage.NewPool(ctx, o.Concurrency)
-	for i := range entries {
-		en := &entries[i]
-		if !pool.Submit(func(ctx context.Context) {
-			if err := d.file(ctx, pool, en); err != nil {
-				pool.Fail(err)
-			}
-		}) {
-			break
-		}
-	}
-	if err := pool.Wait(); err != nil {
+	err = pool.Each(len(entries), func(ctx context.Context, i int) error { return d.file(ctx, pool, &entries[i]) })
+	if err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("stop stage-in: %w", err)
 	}
 	res.Bytes, res.Objects, res.Skipped, res.TotalBytes = prog.Moved.Load(), prog.Objects.Load(), prog.Skipped.Load(), prog.BytesTotal.Load()
 	prog.Log(o.Log, "report final progress")
@@ -235,7 +212,7 @@ func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) er
 		// resolves every component with openat, which adds up).
 		if _, ok := d.dirs.Load(dir); !ok {
 			if err := d.root.MkdirAll(dir, 0o755); err != nil {
-				return storage.Permanentf("remove what blocks the directory, or the symlink leaving the destination", "create directory for %q: %v", en.rel, err)
+				return storage.Permanentf("remove what blocks the directory, or the symlink leaving the destination", "create directory for %q: %w", en.rel, err)
 			}
 			d.dirs.Store(dir, true)
 		}
@@ -317,11 +294,9 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 var errChecksum = errors.New("checksum mismatch")
 
 func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
-	var got int64
+	moved := d.prog.Attempt()
 	err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
-		d.prog.BytesDone.Add(-got)
-		d.prog.Moved.Add(-got)
-		got = 0
+		moved.Restart()
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
@@ -334,11 +309,7 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		}
 		defer r.Close()
 		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-		n, err := storage.CopyBuffer(io.MultiWriter(f, crc, progressWriter(func(k int64) {
-			got += k
-			d.prog.BytesDone.Add(k)
-			d.prog.Moved.Add(k)
-		})), r)
+		n, err := storage.CopyBuffer(io.MultiWriter(f, crc, moved), r)
 		if err != nil {
 			return err
 		}
@@ -355,92 +326,4 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		return nil
 	})
 	return storage.WithOp("download "+strconv.Quote(en.key), err)
-}
-
-type progressWriter func(int64)
-
-func (p progressWriter) Write(b []byte) (int, error) { p(int64(len(b))); return len(b), nil }
-
-func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File, en *entry) error {
-	if !en.hasCRC {
-		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
-			oi, err := d.be.Stat(ctx, en.key)
-			if err == nil {
-				en.crc, en.hasCRC = oi.CRC32C, oi.HasCRC32C
-				if oi.Size != en.size {
-					return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("object changed size during the run")}
-				}
-			}
-			return err
-		})
-		if err != nil {
-			return storage.WithOp("stat "+strconv.Quote(en.key), err)
-		}
-	}
-	if err := f.Truncate(en.size); err != nil {
-		return storage.WithOp("allocate "+strconv.Quote(en.rel), err)
-	}
-	n := int((en.size + rangeSize - 1) / rangeSize)
-	crcs := make([]uint32, n)
-	errs := make([]error, n)
-	fns := make([]func(context.Context), n)
-	for i := range n {
-		off := int64(i) * rangeSize
-		size := min(int64(rangeSize), en.size-off)
-		fns[i] = func(ctx context.Context) {
-			var got int64
-			errs[i] = d.o.Retry.Do(ctx, func(ctx context.Context) error {
-				d.prog.BytesDone.Add(-got)
-				d.prog.Moved.Add(-got)
-				got = 0
-				r, _, err := d.be.NewReader(ctx, en.key, off, size)
-				if err != nil {
-					return err
-				}
-				defer r.Close()
-				crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-				w := io.MultiWriter(io.NewOffsetWriter(f, off), crc, progressWriter(func(k int64) {
-					got += k
-					d.prog.BytesDone.Add(k)
-					d.prog.Moved.Add(k)
-				}))
-				m, err := storage.CopyBuffer(w, r)
-				if err != nil {
-					return err
-				}
-				if m != size {
-					return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("range at %d: got %d bytes, want %d", off, m, size)}
-				}
-				crcs[i] = crc.Sum32()
-				return nil
-			})
-		}
-	}
-	pool.Parallel(fns)
-	if err := firstErr(errs); err != nil {
-		return storage.WithOp("download "+strconv.Quote(en.key), err)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	crc := crcs[0]
-	for i := 1; i < n; i++ {
-		crc = storage.CombineCRC32C(crc, crcs[i], min(int64(rangeSize), en.size-int64(i)*rangeSize))
-	}
-	if en.hasCRC && crc != en.crc {
-		// A mismatch over a whole large file: fetch it again as one stream
-		// would cost as much as the retry; report it as transient.
-		return storage.WithOp("download "+strconv.Quote(en.key), &storage.Error{Class: storage.Transient,
-			Err: fmt.Errorf("%w: got crc32c:%08x, want crc32c:%08x", errChecksum, crc, en.crc)})
-	}
-	return nil
-}
-
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

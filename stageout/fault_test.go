@@ -10,15 +10,17 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/stagein"
 	"github.com/kdefer/kdefer/stageout"
+	"github.com/kdefer/kdefer/stageout/stagetest"
 	"github.com/kdefer/kdefer/storage"
 	"github.com/kdefer/kdefer/storage/storagetest"
 	"github.com/kdefer/kdefer/test/s3server"
 )
 
-func faultTree() storagetest.Tree {
-	tree := storagetest.Tree{"big/large.bin": storagetest.RandBytes(1, 80<<20+777)}
+func faultTree() stagetest.Tree {
+	tree := stagetest.Tree{"big/large.bin": storagetest.RandBytes(1, 80<<20+777)}
 	for i := range 300 {
 		tree[fmt.Sprintf("d%d/f%03d.dat", i%7, i)] = storagetest.RandBytes(uint64(10+i), 64<<10+i)
 	}
@@ -26,9 +28,9 @@ func faultTree() storagetest.Tree {
 }
 
 func opts(from, to string, attempts int) stageout.Options {
-	r := storagetest.FastRetry()
+	r := stagetest.FastRetry()
 	r.Attempts = attempts
-	return stageout.Options{From: from, To: to, Retry: r, Log: zerolog.Nop(), Version: "test", Concurrency: 8}
+	return stageout.Options{From: from, To: to, Version: "test", TransferOptions: storage.TransferOptions{Retry: r, Log: zerolog.Nop(), Concurrency: 8}}
 }
 
 // objects lists keys under the URL's prefix.
@@ -56,7 +58,7 @@ func objects(t *testing.T, u string) []string {
 func countManifests(keys []string) int {
 	n := 0
 	for _, k := range keys {
-		if strings.HasPrefix(k, storage.ReservedDir) {
+		if strings.HasPrefix(k, stagecontract.ReservedDir) {
 			n++
 		}
 	}
@@ -64,15 +66,15 @@ func countManifests(keys []string) int {
 }
 
 // verify stages the manifest's files in and compares them with tree.
-func verify(t *testing.T, u string, tree storagetest.Tree) {
+func verify(t *testing.T, u string, tree stagetest.Tree) {
 	t.Helper()
 	prefixURL, query, _ := strings.Cut(u, "?")
 	dst := t.TempDir()
-	r := storagetest.FastRetry()
-	if _, err := stagein.Run(context.Background(), stagein.Options{From: prefixURL + storage.ManifestKey + "?" + query, To: dst, Retry: r, Log: zerolog.Nop()}); err != nil {
+	r := stagetest.FastRetry()
+	if _, err := stagein.Run(context.Background(), stagein.Options{From: prefixURL + stagecontract.ManifestKey + "?" + query, To: dst, TransferOptions: storage.TransferOptions{Retry: r, Log: zerolog.Nop()}}); err != nil {
 		t.Fatalf("stage-in of the manifest: %v", err)
 	}
-	got := storagetest.ReadTree(t, dst)
+	got := stagetest.ReadTree(t, dst)
 	for k, v := range tree {
 		if string(got[k]) != string(v) {
 			t.Errorf("object %s differs after the rerun", k)
@@ -100,7 +102,7 @@ func TestServerKilledMidUpload(t *testing.T) {
 	})
 	src := t.TempDir()
 	tree := faultTree()
-	storagetest.MakeTree(t, src, tree)
+	stagetest.MakeTree(t, src, tree)
 	u := s3server.S3URL(proxy.Addr(), "fault", "run/")
 
 	_, err := stageout.Run(context.Background(), opts(src, u, 3))
@@ -127,7 +129,7 @@ func TestServerKilledMidUpload(t *testing.T) {
 	t.Logf("killed after %d objects were stored; rerun uploaded %d and skipped %d", stored, res.Objects, res.Skipped)
 	keys := objects(t, u)
 	if n := countManifests(keys); n != 1 {
-		t.Errorf("after the rerun: %d objects under %s, want exactly the manifest", n, storage.ReservedDir)
+		t.Errorf("after the rerun: %d objects under %s, want exactly the manifest", n, stagecontract.ReservedDir)
 	}
 	if len(keys) != len(tree)+1 {
 		t.Errorf("after the rerun: %d objects, want %d files + 1 manifest", len(keys), len(tree))
@@ -145,7 +147,7 @@ func TestConnectionResets(t *testing.T) {
 	proxy.ResetEvery(3, 200<<10) // every third connection dies after 200 KiB
 	src := t.TempDir()
 	tree := faultTree()
-	storagetest.MakeTree(t, src, tree)
+	stagetest.MakeTree(t, src, tree)
 	u := s3server.S3URL(proxy.Addr(), "resets", "run/")
 	res, err := stageout.Run(context.Background(), opts(src, u, 10))
 	if err != nil {
@@ -174,7 +176,7 @@ func TestPermanentErrors(t *testing.T) {
 	s3server.SetCredentials(t)
 	s3server.MakeBucket(t, srv.Addr(), "perm")
 	src := t.TempDir()
-	storagetest.MakeTree(t, src, storagetest.Tree{"a": []byte("a")})
+	stagetest.MakeTree(t, src, stagetest.Tree{"a": []byte("a")})
 
 	t.Run("NoSuchBucket", func(t *testing.T) {
 		_, err := stageout.Run(context.Background(), opts(src, srv.URL("missing-bucket", "p/"), 10))
@@ -211,11 +213,11 @@ func TestStalledConnection(t *testing.T) {
 	proxy.ResetEvery(3, 200<<10)
 	proxy.Stall(true)
 	src := t.TempDir()
-	tree := storagetest.Tree{}
+	tree := stagetest.Tree{}
 	for i := range 20 {
 		tree[fmt.Sprintf("f%02d", i)] = storagetest.RandBytes(uint64(i), 512<<10)
 	}
-	storagetest.MakeTree(t, src, tree)
+	stagetest.MakeTree(t, src, tree)
 	u := s3server.S3URL(proxy.Addr(), "stall", "run/")
 	o := opts(src, u, 10)
 	o.IdleTimeout = 300 * time.Millisecond

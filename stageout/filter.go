@@ -28,14 +28,14 @@ func NewFilter(include, exclude []string) (*Filter, error) {
 	for _, p := range include {
 		g, err := compileGlob(p)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("include: %w", err)
 		}
 		f.include = append(f.include, g)
 	}
 	for _, p := range exclude {
 		g, err := compileGlob(p)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("exclude: %w", err)
 		}
 		f.exclude = append(f.exclude, g)
 	}
@@ -120,7 +120,7 @@ func compileGlob(p string) (glob, error) {
 	b.WriteString("$")
 	re, err := regexp.Compile(b.String())
 	if err != nil {
-		return glob{}, fmt.Errorf("glob %q: %v", p, err)
+		return glob{}, fmt.Errorf("glob %q: %w", p, err)
 	}
 	return glob{re: re, baseOnly: !strings.Contains(p, "/")}, nil
 }

@@ -2,6 +2,11 @@
 // files in parallel, large files in parallel parts, each file's CRC32C
 // computed in the pass that uploads it, objects already stored with the
 // same size and checksum skipped, and the manifest written last.
+//
+// It owns the upload side of the stage contract. It must not change the
+// source directory, must not delete any object but an outdated manifest of
+// its own prefix, and must not import stagein: what both engines share
+// lives in storage.
 package stageout
 
 import (
@@ -9,19 +14,16 @@ import (
 	"context"
 	"crypto/md5"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-	"k8s.io/utils/clock"
-
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -31,28 +33,20 @@ type Options struct {
 	// already expanded).
 	From, To         string
 	Include, Exclude []string
-	// Concurrency is the number of transfers in flight (default 16).
-	Concurrency int
-	Retry       storage.RetryPolicy
-	Log         zerolog.Logger
-	Clock       clock.WithTicker
-	// ProgressInterval between progress lines (0: none).
-	ProgressInterval time.Duration
 	// Env looks up the KDEFER_* identity recorded in the manifest.
 	Env func(string) (string, bool)
 	// Version is recorded in the manifest as "kdefer-stage <Version>".
 	Version string
-	// IdleTimeout fails a stalled S3 connection (see storage.OpenOptions).
-	IdleTimeout time.Duration
-	// Backend, when set, is used instead of opening To (tests).
-	Backend storage.Backend
+	// TransferOptions are shared with stage-in; Backend, when set, is
+	// used instead of opening To.
+	storage.TransferOptions
 }
 
 // Result is what a stage-out did.
 type Result struct {
-	Bytes, Objects, Skipped, TotalBytes int64
-	ManifestURL                         string
-	Manifest                            *storage.Manifest
+	storage.TransferResult
+	// Manifest is the manifest the prefix holds after the run.
+	Manifest *stagecontract.Manifest
 }
 
 type file struct {
@@ -64,17 +58,9 @@ type file struct {
 
 // Run performs the stage-out.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
+	o.TransferOptions = o.TransferOptions.WithDefaults()
 	if o.Env == nil {
 		o.Env = os.LookupEnv
-	}
-	if o.Retry.Clock == nil {
-		o.Retry.Clock = o.Clock
 	}
 	start := o.Clock.Now()
 	loc, err := storage.ParseURL(o.To)
@@ -83,7 +69,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	filter, err := NewFilter(o.Include, o.Exclude)
 	if err != nil {
-		return Result{}, storage.Usagef("%v", err)
+		return Result{}, storage.Usagef("%w", err)
 	}
 	root, err := os.OpenRoot(o.From)
 	if errors.Is(err, fs.ErrPermission) {
@@ -120,7 +106,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	// One listing tells which objects exist already (and their sizes):
 	// a HEAD per file would double the requests of a first run.
-	manifestKey := loc.Prefix + storage.ManifestKey
+	manifestKey := loc.Prefix + stagecontract.ManifestKey
 	existing := map[string]int64{}
 	hasManifest := false
 	err = o.Retry.Do(ctx, func(ctx context.Context) error {
@@ -135,7 +121,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		})
 	})
 	if err != nil {
-		return Result{}, err
+		return Result{}, storage.WithOp("list "+loc.String(), err)
 	}
 
 	pctx, stopProgress := context.WithCancel(ctx)
@@ -147,49 +133,43 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		e.mp = mp
 	}
 	pool := storage.NewPool(ctx, o.Concurrency)
-	for i := range files {
+	err = pool.Each(len(files), func(ctx context.Context, i int) error {
 		f := &files[i]
-		size, exists := existing[f.key]
-		if !pool.Submit(func(ctx context.Context) {
-			if err := e.file(ctx, pool, f, exists && size == f.size); err != nil {
-				pool.Fail(err)
-			}
-		}) {
-			break
-		}
-	}
-	if err := pool.Wait(); err != nil {
+		size, exists := existing[f.key] // read-only once listed
+		return e.file(ctx, pool, f, exists && size == f.size)
+	})
+	if err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("stop stage-out: %w", err)
 	}
 
 	// Every object is stored: now, and only now, the manifest.
-	m := &storage.Manifest{
-		Version: storage.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
-		Identity: identity(o.Env), Start: start.UTC(), Files: make([]storage.ManifestFile, len(files)),
+	m := &stagecontract.Manifest{
+		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
+		Identity: identity(o.Env), Start: start.UTC(), Files: make([]stagecontract.ManifestFile, len(files)),
 	}
-	m.Trigger, _ = o.Env(v1.EnvTrigger)
-	m.ExitCode, _ = o.Env(v1.EnvExitCode)
+	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
+	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
 	for i, f := range files {
-		m.Files[i] = storage.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
+		m.Files[i] = stagecontract.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
 		m.TotalBytes += f.size
 	}
 	if err := e.writeManifest(ctx, m); err != nil {
 		return Result{}, err
 	}
-	res := Result{
+	res := Result{TransferResult: storage.TransferResult{
 		Bytes: prog.Moved.Load(), Objects: prog.Objects.Load(), Skipped: prog.Skipped.Load(),
-		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey), Manifest: m,
-	}
+		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey),
+	}, Manifest: m}
 	prog.Log(o.Log, "report final progress")
 	return res, nil
 }
 
 func identity(env func(string) (string, bool)) map[string]string {
 	id := map[string]string{}
-	for k, name := range map[string]string{"namespace": v1.EnvNamespace, "job": v1.EnvJob, "pod": v1.EnvPod, "node": v1.EnvNode, "uid": v1.EnvUID, "index": v1.EnvIndex} {
+	for k, name := range stagecontract.IdentityEnv {
 		if v, ok := env(name); ok && v != "" {
 			id[k] = v
 		}
@@ -198,69 +178,6 @@ func identity(env func(string) (string, bool)) map[string]string {
 		return nil
 	}
 	return id
-}
-
-// walk lists the regular files under root. Symlinks are followed only to
-// regular files inside root (os.Root refuses escapes); symlinked
-// directories are not followed (no loops, no escapes); special files are
-// skipped with a warning.
-func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger) ([]file, error) {
-	var files []file
-	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return unreadable("walk "+strconv.Quote(p), err)
-		}
-		if p == "." {
-			return nil
-		}
-		if d.IsDir() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return unreadable("stat "+strconv.Quote(p), err)
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			target, err := root.Stat(p)
-			if errors.Is(err, fs.ErrPermission) {
-				return unreadable("stat "+strconv.Quote(p), err) // not missing: unreadable
-			}
-			if err != nil {
-				log.Warn().Str("path", p).Str("reason", "symlink target is outside the directory or missing").Msg("skip symlink")
-				return nil
-			}
-			if !target.Mode().IsRegular() {
-				log.Warn().Str("path", p).Str("reason", "symlink to a non-regular file or directory is not followed").Msg("skip symlink")
-				return nil
-			}
-			info = target
-		} else if !info.Mode().IsRegular() {
-			log.Warn().Str("path", p).Str("mode", info.Mode().Type().String()).Msg("skip special file")
-			return nil
-		}
-		if !filter.Match(p) {
-			return nil
-		}
-		key, err := storage.KeyFor(prefix, p)
-		if err != nil {
-			return err
-		}
-		files = append(files, file{rel: p, key: key, size: info.Size(), mtime: info.ModTime()})
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
-	return files, nil
-}
-
-// unreadable annotates err, met doing op on a local file, with op; a
-// permission error also names the user stage-out runs as and the fix (the
-// defer pod runs it as the Job's containers' user only when their
-// securityContext says who that is).
-func unreadable(op string, err error) error {
-	return storage.Unreadable(op, os.Geteuid(), os.Getegid(), err)
 }
 
 type engine struct {
@@ -319,16 +236,10 @@ func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, sameSize
 			return e.multipart(ctx, pool, fh, f, ps)
 		}
 	}
-	var sent int64
+	moved := e.prog.Attempt()
 	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		e.prog.BytesDone.Add(-sent)
-		e.prog.Moved.Add(-sent)
-		sent = 0
-		crc, err := e.be.Put(ctx, f.key, fh, f.size, func(n int64) {
-			sent += n
-			e.prog.BytesDone.Add(n)
-			e.prog.Moved.Add(n)
-		})
+		moved.Restart()
+		crc, err := e.be.Put(ctx, f.key, fh, f.size, moved.Add)
 		f.crc = crc
 		return err
 	})
@@ -386,89 +297,7 @@ func (e *engine) alreadyStored(ctx context.Context, fh *os.File, f *file) (bool,
 	return bytes.Equal(oi.MD5, h.Sum(nil)), nil
 }
 
-func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File, f *file, partSize int64) error {
-	var up storage.Upload
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		var err error
-		up, err = e.mp.Begin(ctx, f.key)
-		return err
-	})
-	if err != nil {
-		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
-	}
-	n := int((f.size + partSize - 1) / partSize)
-	parts := make([]storage.Part, n)
-	errs := make([]error, n)
-	fns := make([]func(context.Context), n)
-	for i := range n {
-		off := int64(i) * partSize
-		size := min(partSize, f.size-off)
-		fns[i] = func(ctx context.Context) {
-			var sent int64
-			errs[i] = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-				e.prog.BytesDone.Add(-sent)
-				e.prog.Moved.Add(-sent)
-				sent = 0
-				src := &countReader{r: io.NewSectionReader(fh, off, size), on: func(k int64) {
-					sent += k
-					e.prog.BytesDone.Add(k)
-					e.prog.Moved.Add(k)
-				}}
-				var err error
-				parts[i], err = up.PutPart(ctx, i+1, src, size)
-				return err
-			})
-		}
-	}
-	pool.Parallel(fns)
-	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
-		if err == nil {
-			err = ctx.Err()
-		}
-		// Best effort: an upload left behind is cleaned by the bucket's
-		// lifecycle rule for incomplete uploads.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_ = up.Abort(actx)
-		cancel()
-		return storage.WithOp("upload "+strconv.Quote(f.rel), firstErr(errs, err))
-	}
-	crc := parts[0].CRC
-	for _, p := range parts[1:] {
-		crc = storage.CombineCRC32C(crc, p.CRC, p.Size)
-	}
-	err = e.o.Retry.Do(ctx, func(ctx context.Context) error { return up.Complete(ctx, parts, crc) })
-	if err != nil {
-		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
-	}
-	f.crc = crc
-	e.prog.Objects.Add(1)
-	e.prog.FilesDone.Add(1)
-	return nil
-}
-
-func firstErr(errs []error, def error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return def
-}
-
-type countReader struct {
-	r  io.Reader
-	on func(int64)
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if n > 0 {
-		c.on(int64(n))
-	}
-	return n, err
-}
-
-func (e *engine) writeManifest(ctx context.Context, m *storage.Manifest) error {
+func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) error {
 	if !e.wrote && e.hasManifest {
 		// Nothing changed this run: keep the earlier manifest if it lists
 		// exactly these files, and rewrite nothing.
@@ -480,7 +309,7 @@ func (e *engine) writeManifest(ctx context.Context, m *storage.Manifest) error {
 	m.End = e.o.Clock.Now().UTC()
 	data, err := m.Marshal()
 	if err != nil {
-		return err
+		return fmt.Errorf("encode manifest: %w", err)
 	}
 	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
 		_, err := e.be.Put(ctx, e.manifestKey, bytes.NewReader(data), int64(len(data)), nil)

@@ -2,18 +2,15 @@ package storage
 
 import (
 	"context"
-
 	"fmt"
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"io"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
-)
 
-// ManifestKey is the manifest's key relative to a stage-out prefix.
-const ManifestKey = v1.ManifestKey
+	"github.com/kdefer/kdefer/stagecontract"
+)
 
 // ObjectInfo describes a stored object.
 type ObjectInfo struct {
@@ -155,7 +152,7 @@ func ParseURL(raw string) (Location, error) {
 // (".../_kdefer/manifest.json", query kept) and returns the URL of its prefix.
 func SplitManifestURL(raw string) (prefixURL string, ok bool) {
 	base, query, hasQuery := strings.Cut(raw, "?")
-	trimmed, ok := strings.CutSuffix(base, "/"+ManifestKey)
+	trimmed, ok := strings.CutSuffix(base, "/"+stagecontract.ManifestKey)
 	if !ok {
 		return raw, false
 	}
@@ -235,7 +232,7 @@ const DefaultIdleTimeout = time.Minute
 // Open opens the backend for loc.
 func Open(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 16
+		opts.Concurrency = DefaultConcurrency
 	}
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout

@@ -2,7 +2,14 @@
 // storage: the Backend interface and its two implementations (S3 through
 // minio-go, everything else through gocloud.dev/blob), URL parsing and
 // redaction, error classes, retries, key checks, URL templates, CRC32C
-// helpers, progress reporting and the manifest type.
+// helpers, progress reporting, the options both engines share
+// (TransferOptions), and reading and validating manifests (the schema itself
+// is stagecontract's).
+//
+// It must not import the stage engines (stagein, stageout), the CRD package
+// or anything else of Kubernetes but k8s.io/utils/clock, tests included: it
+// is the bottom of the stage side, knows objects and keys but not pods,
+// runs or exit codes.
 //
 // Backend choice (measured on the project's 2-core machine against a local
 // MinIO, see ../shared/facts/s3-baseline.md and test/bench/results.md):

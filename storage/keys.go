@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
-)
 
-// ReservedDir is the directory, under a stage-out prefix, that holds kdefer's
-// own objects (the manifest). Files and keys under it are refused, so a user
-// file can never overwrite or fake a manifest.
-const ReservedDir = "_kdefer/"
+	"github.com/kdefer/kdefer/stagecontract"
+)
 
 // MaxKeyLen is S3's (and GCS's) limit on object key length in bytes.
 const MaxKeyLen = 1024
@@ -32,8 +29,8 @@ func CheckRel(rel string) error {
 		return fmt.Errorf("name %q is absolute", rel)
 	case strings.ContainsRune(rel, '\\'):
 		return fmt.Errorf("name %q contains a backslash", rel)
-	case strings.HasPrefix(rel, ReservedDir) || rel == strings.TrimSuffix(ReservedDir, "/"):
-		return fmt.Errorf("name %q is in kdefer's reserved directory %s", rel, ReservedDir)
+	case strings.HasPrefix(rel, stagecontract.ReservedDir) || rel == strings.TrimSuffix(stagecontract.ReservedDir, "/"):
+		return fmt.Errorf("name %q is in kdefer's reserved directory %s", rel, stagecontract.ReservedDir)
 	}
 	for _, r := range rel {
 		if r < 0x20 || r == 0x7f {

@@ -6,40 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"time"
+
+	"github.com/kdefer/kdefer/stagecontract"
 )
-
-// ManifestVersion is the manifest schema version this code writes and reads.
-const ManifestVersion = 1
-
-// Manifest is the object written under PREFIX/_kdefer/manifest.json after
-// every file of a stage-out is stored. Its presence means "complete".
-type Manifest struct {
-	Version int `json:"version"`
-	// Tool is "kdefer-stage <version>".
-	Tool string `json:"tool"`
-	// Prefix is the destination URL without credentials or query.
-	Prefix string `json:"prefix"`
-	// Identity holds the KDEFER_* environment (namespace, job, pod, node,
-	// uid, index) that was set.
-	Identity map[string]string `json:"identity,omitempty"`
-	Trigger  string            `json:"trigger,omitempty"`
-	ExitCode string            `json:"exitCode,omitempty"`
-	Start    time.Time         `json:"start"`
-	End      time.Time         `json:"end"`
-	// TotalBytes is the sum of Files[].Size.
-	TotalBytes int64          `json:"totalBytes"`
-	Files      []ManifestFile `json:"files"`
-}
-
-// ManifestFile is one stored object. Key is relative to the prefix, so a
-// copied prefix keeps a valid manifest.
-type ManifestFile struct {
-	Key      string    `json:"key"`
-	Size     int64     `json:"size"`
-	Checksum string    `json:"checksum"`
-	ModTime  time.Time `json:"mtime"`
-}
 
 // maxManifestSize bounds what ParseManifest accepts (~1M files).
 const maxManifestSize = 256 << 20
@@ -48,21 +17,21 @@ const maxManifestSize = 256 << 20
 // use is checked here, so a hostile manifest is refused before anything is
 // written: keys must pass CheckRel and be unique, sizes non-negative and
 // checksums well formed.
-func ParseManifest(data []byte) (*Manifest, error) {
+func ParseManifest(data []byte) (*stagecontract.Manifest, error) {
 	if len(data) > maxManifestSize {
 		return nil, fmt.Errorf("manifest is %d bytes, more than the %d accepted", len(data), maxManifestSize)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var m Manifest
+	var m stagecontract.Manifest
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("decode manifest: %w", err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("decode manifest: trailing data after the JSON object")
 	}
-	if m.Version != ManifestVersion {
-		return nil, fmt.Errorf("manifest version %d is not supported (want %d)", m.Version, ManifestVersion)
+	if m.Version != stagecontract.ManifestVersion {
+		return nil, fmt.Errorf("manifest version %d is not supported (want %d)", m.Version, stagecontract.ManifestVersion)
 	}
 	seen := make(map[string]struct{}, len(m.Files))
 	var total int64
@@ -91,17 +60,12 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	return &m, nil
 }
 
-// Marshal encodes the manifest (indented: people read it).
-func (m *Manifest) Marshal() ([]byte, error) {
-	return json.MarshalIndent(m, "", " ")
-}
-
 // SameFiles reports whether a and b list the same keys, sizes and checksums.
-func SameFiles(a, b []ManifestFile) bool {
+func SameFiles(a, b []stagecontract.ManifestFile) bool {
 	if len(a) != len(b) {
 		return false
 	}
-	idx := make(map[string]ManifestFile, len(a))
+	idx := make(map[string]stagecontract.ManifestFile, len(a))
 	for _, f := range a {
 		idx[f.Key] = f
 	}
@@ -115,7 +79,7 @@ func SameFiles(a, b []ManifestFile) bool {
 }
 
 // ReadManifest fetches and parses the manifest at key.
-func ReadManifest(ctx context.Context, be Backend, key string, retry RetryPolicy) (*Manifest, error) {
+func ReadManifest(ctx context.Context, be Backend, key string, retry RetryPolicy) (*stagecontract.Manifest, error) {
 	var data []byte
 	err := retry.Do(ctx, func(ctx context.Context) error {
 		r, _, err := be.NewReader(ctx, key, 0, -1)

@@ -97,6 +97,18 @@ func (p *Pool) Submit(f func(context.Context)) bool {
 	}
 }
 
+// Each submits fn(ctx, i) as a unit for every i in [0, n), stops
+// submitting once one fails (the first error fails the pool), and waits as
+// Wait does, returning the first error.
+func (p *Pool) Each(n int, fn func(ctx context.Context, i int) error) error {
+	for i := range n {
+		if !p.Submit(func(ctx context.Context) { p.Fail(fn(ctx, i)) }) {
+			break
+		}
+	}
+	return p.Wait()
+}
+
 // Parallel runs fns, offering each to an idle worker and running it on the
 // caller's goroutine when none is idle, and waits for all of them.
 func (p *Pool) Parallel(fns []func(context.Context)) {

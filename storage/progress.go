@@ -72,3 +72,35 @@ func (p *Progress) Run(ctx context.Context, log zerolog.Logger, interval time.Du
 		}
 	}
 }
+
+// Attempt counts the bytes one transfer moves, so that each retry first
+// takes back what the failed try counted: progress and Moved never count a
+// byte twice. It is not safe for concurrent use: one per transfer.
+type Attempt struct {
+	p *Progress
+	n int64
+}
+
+// Attempt starts counting one transfer.
+func (p *Progress) Attempt() *Attempt { return &Attempt{p: p} }
+
+// Restart takes back what the previous try counted; every try calls it
+// first.
+func (a *Attempt) Restart() {
+	a.p.BytesDone.Add(-a.n)
+	a.p.Moved.Add(-a.n)
+	a.n = 0
+}
+
+// Add counts k bytes moved.
+func (a *Attempt) Add(k int64) {
+	a.n += k
+	a.p.BytesDone.Add(k)
+	a.p.Moved.Add(k)
+}
+
+// Write counts len(b) bytes, so an Attempt can watch an io.MultiWriter.
+func (a *Attempt) Write(b []byte) (int, error) {
+	a.Add(int64(len(b)))
+	return len(b), nil
+}

@@ -59,3 +59,19 @@ func TestProgressLines(t *testing.T) {
 		t.Errorf("progress line (-want +got):\n%s", diff)
 	}
 }
+
+// A retried transfer must not count the failed try's bytes twice.
+func TestAttemptRestart(t *testing.T) {
+	p := NewProgress(nil)
+	a := p.Attempt()
+	a.Restart()
+	a.Add(10)
+	if _, err := a.Write(make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	a.Restart() // the try failed after 15 bytes
+	a.Add(20)
+	if done, moved := p.BytesDone.Load(), p.Moved.Load(); done != 20 || moved != 20 {
+		t.Errorf("after a retry: bytesDone %d moved %d, want 20 and 20", done, moved)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/minio/minio-go/v7"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 func TestCombineCRC32C(t *testing.T) {
@@ -174,10 +176,10 @@ func FuzzExpandTemplate(f *testing.F) {
 	})
 }
 
-func validManifest() *Manifest {
-	return &Manifest{Version: 1, Tool: "kdefer-stage test", Prefix: "s3://b/p/", TotalBytes: 3,
+func validManifest() *stagecontract.Manifest {
+	return &stagecontract.Manifest{Version: 1, Tool: "kdefer-stage test", Prefix: "s3://b/p/", TotalBytes: 3,
 		Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), End: time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC),
-		Files: []ManifestFile{{Key: "a/b", Size: 3, Checksum: FormatChecksum(0x1234), ModTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}}
+		Files: []stagecontract.ManifestFile{{Key: "a/b", Size: 3, Checksum: FormatChecksum(0x1234), ModTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}}
 }
 
 func TestParseManifest(t *testing.T) {

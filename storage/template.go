@@ -4,20 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 )
-
-// TemplateVars maps each URL template placeholder to the environment
-// variable it is expanded from.
-var TemplateVars = map[string]string{
-	"namespace": v1.EnvNamespace,
-	"job":       v1.EnvJob,
-	"pod":       v1.EnvPod,
-	"index":     v1.EnvIndex,
-	"trigger":   v1.EnvTrigger,
-	"uid":       v1.EnvUID,
-	"node":      v1.EnvNode,
-}
 
 // ExpandTemplate replaces {namespace} {job} {pod} {index} {trigger} {uid}
 // {node} in s with values from lookup (os.LookupEnv in the CLI). An unknown
@@ -41,7 +29,7 @@ func ExpandTemplate(s string, lookup func(string) (string, bool)) (string, error
 			return "", fmt.Errorf("template has an unterminated '{'")
 		}
 		name := s[i+1 : i+1+j]
-		env, ok := TemplateVars[name]
+		env, ok := stagecontract.PlaceholderEnv[name]
 		if !ok {
 			return "", fmt.Errorf("template placeholder {%s} is unknown (known: {namespace} {job} {pod} {index} {trigger} {uid} {node})", name)
 		}

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // AnnotationPrefix is the prefix of every kdefer annotation and label.
@@ -29,13 +31,6 @@ var ConfigAnnotations = []string{
 
 // StatusAnnotations are written by kdefer itself; they are not configuration.
 var StatusAnnotations = []string{AnnotationRendered, AnnotationSummary}
-
-// URLPlaceholders are the placeholders a stage URL template may hold; they
-// are expanded per pod (by kdefer-stage, from the KDEFER_* variables).
-var URLPlaceholders = []string{"namespace", "job", "pod", "index", "trigger", "uid", "node"}
-
-// URLSchemes are the storage schemes kdefer-stage understands.
-var URLSchemes = []string{"s3", "gs", "azblob", "file", "mem"}
 
 // TriggersAll selects every trigger in AnnotationTriggers.
 const TriggersAll = "all"
@@ -327,11 +322,11 @@ func CheckStageURL(v string, stageIn bool) string {
 		return fmt.Sprintf("%q is not a URL (no scheme)", v)
 	}
 	known := false
-	for _, s := range URLSchemes {
+	for _, s := range stagecontract.URLSchemes {
 		known = known || s == scheme
 	}
 	if !known {
-		return fmt.Sprintf("%q has scheme %q; kdefer understands %s", v, scheme, strings.Join(URLSchemes, ", "))
+		return fmt.Sprintf("%q has scheme %q; kdefer understands %s", v, scheme, strings.Join(stagecontract.URLSchemes, ", "))
 	}
 	if len(v) > 2048 {
 		return "is longer than 2048 characters"
@@ -363,11 +358,11 @@ func CheckStageURL(v string, stageIn bool) string {
 		}
 		name := s[i+1 : i+1+j]
 		found := false
-		for _, p := range URLPlaceholders {
+		for _, p := range stagecontract.URLPlaceholders {
 			found = found || p == name
 		}
 		if !found {
-			return fmt.Sprintf("%q uses placeholder {%s}; known placeholders are {%s}", v, name, strings.Join(URLPlaceholders, "} {"))
+			return fmt.Sprintf("%q uses placeholder {%s}; known placeholders are {%s}", v, name, strings.Join(stagecontract.URLPlaceholders, "} {"))
 		}
 		if stageIn && name == "trigger" {
 			return fmt.Sprintf("%q uses {trigger}, which is unknown before the main containers run", v)

@@ -101,32 +101,6 @@ const (
 	DeferRunFinalizer = "kdefer.io/release"
 )
 
-// Environment variables set in every stage-in, stage-out and defer step.
-const (
-	EnvNamespace = "KDEFER_NAMESPACE"
-	EnvJob       = "KDEFER_JOB"
-	EnvPod       = "KDEFER_POD"
-	EnvNode      = "KDEFER_NODE"
-	EnvUID       = "KDEFER_UID"
-	EnvIndex     = "KDEFER_INDEX"
-	EnvTrigger   = "KDEFER_TRIGGER"
-	EnvExitCode  = "KDEFER_EXIT_CODE"
-)
-
-// Exit codes of kdefer-stage. The controller ends a defer run at once when a
-// step exits with ExitPermanent or ExitUsage instead of retrying it until the
-// deadline.
-const (
-	ExitOK        = 0
-	ExitTransient = 1 // retrying may help (network, 5xx, throttling)
-	ExitUsage     = 2 // bad flags or arguments
-	ExitPermanent = 3 // auth, missing bucket, malformed URL, permission, hostile keys
-)
-
-// ManifestKey is the object, under the stage-out prefix, written after every
-// other object: its presence means the upload is complete.
-const ManifestKey = "_kdefer/manifest.json"
-
 // Version of kdefer, stamped at build time with
 // -ldflags "-X github.com/kdefer/kdefer/api/v1alpha1.Version=vX.Y.Z".
 var Version = "v0.1.0"

@@ -12,16 +12,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/s3server"
 )
 
-func runCLI(t *testing.T, args ...string) (int, v1.StageSummary, string) {
+func runCLI(t *testing.T, args ...string) (int, stagecontract.StageSummary, string) {
 	t.Helper()
 	sum := filepath.Join(t.TempDir(), "summary.json")
 	var stderr bytes.Buffer
 	code := run(append(args, "--summary-file", sum, "--log-format", "json"), &stderr)
-	var s v1.StageSummary
+	var s stagecontract.StageSummary
 	if data, err := os.ReadFile(sum); err == nil {
 		if len(data) > 1024 {
 			t.Errorf("summary is %d bytes; it must stay far below the 4096-byte termination message limit", len(data))
@@ -47,8 +47,8 @@ func TestCLIFile(t *testing.T) {
 	t.Setenv("KDEFER_POD", "job-1-xyz")
 	to := "file://" + dst + "/runs/{job}/{pod}"
 	code, s, stderr := runCLI(t, "out", "--from", src, "--to", to, "--exclude", "*.tmp")
-	want := v1.StageSummary{Op: "out", Bytes: 11, Objects: 2, TotalBytes: 11, ManifestURL: "file://" + dst + "/runs/job-1/job-1-xyz/_kdefer/manifest.json"}
-	if diff := cmp.Diff(want, s, cmpopts.IgnoreFields(v1.StageSummary{}, "DurationSeconds")); code != 0 || diff != "" {
+	want := stagecontract.StageSummary{Op: "out", Bytes: 11, Objects: 2, TotalBytes: 11, ManifestURL: "file://" + dst + "/runs/job-1/job-1-xyz/_kdefer/manifest.json"}
+	if diff := cmp.Diff(want, s, cmpopts.IgnoreFields(stagecontract.StageSummary{}, "DurationSeconds")); code != 0 || diff != "" {
 		t.Fatalf("out: exit %d, summary (-want +got):\n%s\nstderr:\n%s", code, diff, stderr)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
@@ -82,15 +82,15 @@ func TestCLIExitCodes(t *testing.T) {
 		class string
 		says  string
 	}{
-		{"missing flag", []string{"out", "--from", src}, v1.ExitUsage, "", ""},
-		{"unknown command", []string{"sideways"}, v1.ExitUsage, "", ""},
-		{"bad glob", []string{"out", "--from", src, "--to", "mem://b/p", "--include", "a["}, v1.ExitUsage, "usage", "unterminated"},
-		{"credentials in URL", []string{"out", "--from", src, "--to", "s3://AKID:super-secret-value@bucket/p"}, v1.ExitPermanent, "permanent", "credentials"},
-		{"unknown parameter", []string{"out", "--from", src, "--to", "s3://b/p?endpont=http://127.0.0.1:1"}, v1.ExitPermanent, "permanent", `"endpont"`},
-		{"unset template variable", []string{"out", "--from", src, "--to", "s3://b/{pod}"}, v1.ExitPermanent, "permanent", "KDEFER_POD"},
-		{"missing source", []string{"out", "--from", filepath.Join(src, "nope"), "--to", "mem://b/p"}, v1.ExitPermanent, "permanent", "--from"},
-		{"server down", []string{"out", "--from", src, "--to", "s3://b/p?endpoint=http://127.0.0.1:1", "--attempts", "2"}, v1.ExitTransient, "transient", ""},
-		{"empty input prefix", []string{"in", "--from", "mem://b/p", "--to", filepath.Join(src, "in")}, v1.ExitPermanent, "permanent", "no objects"},
+		{"missing flag", []string{"out", "--from", src}, stagecontract.ExitUsage, "", ""},
+		{"unknown command", []string{"sideways"}, stagecontract.ExitUsage, "", ""},
+		{"bad glob", []string{"out", "--from", src, "--to", "mem://b/p", "--include", "a["}, stagecontract.ExitUsage, "usage", "unterminated"},
+		{"credentials in URL", []string{"out", "--from", src, "--to", "s3://AKID:super-secret-value@bucket/p"}, stagecontract.ExitPermanent, "permanent", "credentials"},
+		{"unknown parameter", []string{"out", "--from", src, "--to", "s3://b/p?endpont=http://127.0.0.1:1"}, stagecontract.ExitPermanent, "permanent", `"endpont"`},
+		{"unset template variable", []string{"out", "--from", src, "--to", "s3://b/{pod}"}, stagecontract.ExitPermanent, "permanent", "KDEFER_POD"},
+		{"missing source", []string{"out", "--from", filepath.Join(src, "nope"), "--to", "mem://b/p"}, stagecontract.ExitPermanent, "permanent", "--from"},
+		{"server down", []string{"out", "--from", src, "--to", "s3://b/p?endpoint=http://127.0.0.1:1", "--attempts", "2"}, stagecontract.ExitTransient, "transient", ""},
+		{"empty input prefix", []string{"in", "--from", "mem://b/p", "--to", filepath.Join(src, "in")}, stagecontract.ExitPermanent, "permanent", "no objects"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,7 +129,7 @@ func TestCLIMinIO(t *testing.T) {
 		t.Errorf("stderr holds the secret key")
 	}
 	code, s, _ = runCLI(t, "out", "--from", src, "--to", srv.URL("nobucket", "run/"))
-	if code != v1.ExitPermanent || !strings.Contains(s.Error, "NoSuchBucket") {
+	if code != stagecontract.ExitPermanent || !strings.Contains(s.Error, "NoSuchBucket") {
 		t.Errorf("missing bucket: exit %d summary %+v", code, s)
 	}
 }

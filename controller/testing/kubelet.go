@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // The kubelet and the Job controller do not run under envtest; these helpers
@@ -57,7 +58,7 @@ func DisruptionTarget(reason string) corev1.PodCondition {
 // step's termination message is the summary. code 0 makes the pod
 // Succeeded; otherwise the pod stays Pending/Running as under restartPolicy
 // OnFailure unless failed is true.
-func FinishDeferPod(pod *corev1.Pod, code int32, restarts int32, sum *v1.StageSummary, failed bool) {
+func FinishDeferPod(pod *corev1.Pod, code int32, restarts int32, sum *stagecontract.StageSummary, failed bool) {
 	now := metav1.Now()
 	msg := ""
 	if sum != nil {

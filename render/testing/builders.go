@@ -5,7 +5,8 @@
 //
 // It is the one builder of these types: the controller's tests use it too
 // (package controller/testing builds only what the controller adds: pods,
-// claims, runs). It must not import anything above render.
+// claims, runs). It holds builders only, no assertions or fakes, is imported
+// by tests alone, and must not import anything above render.
 package testing
 
 import (

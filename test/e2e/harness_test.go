@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 	"github.com/kdefer/kdefer/test/clusterenv"
 	"github.com/kdefer/kdefer/test/s3server"
@@ -645,7 +646,7 @@ func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger,
 	s.t.Helper()
 	prefix := s.ns + "/" + job + "/" + pod + "/"
 	objs := s.objects(prefix)
-	want := map[string]bool{"out/SHA256SUMS": true, storage.ManifestKey: true}
+	want := map[string]bool{"out/SHA256SUMS": true, stagecontract.ManifestKey: true}
 	for _, e := range extra {
 		want[e] = true
 	}
@@ -703,7 +704,7 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 		for k := range objs {
 			have[k] = true
 		}
-		for _, k := range append(want, storage.ManifestKey) {
+		for _, k := range append(want, stagecontract.ManifestKey) {
 			if !have[k] {
 				s.t.Errorf("s3://%s/%s%s missing", bucket, prefix, k)
 			}
@@ -713,9 +714,9 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 			s.t.Errorf("s3://%s/%s%s unexpected", bucket, prefix, k)
 		}
 	}
-	mo, ok := objs[storage.ManifestKey]
+	mo, ok := objs[stagecontract.ManifestKey]
 	if !ok {
-		s.t.Fatalf("no manifest at s3://%s/%s%s", bucket, prefix, storage.ManifestKey)
+		s.t.Fatalf("no manifest at s3://%s/%s%s", bucket, prefix, stagecontract.ManifestKey)
 	}
 	m, err := storage.ParseManifest(mo.data)
 	if err != nil {
@@ -729,7 +730,7 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 		listed[f.Key] = f.Size
 	}
 	for k, o := range objs {
-		if k == storage.ManifestKey {
+		if k == stagecontract.ManifestKey {
 			continue
 		}
 		if size, ok := listed[k]; !ok || size != int64(len(o.data)) {

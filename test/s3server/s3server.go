@@ -2,6 +2,11 @@
 // (from $KDEFER_MINIO) on 127.0.0.1 with a random port and a fresh data
 // directory, which a test can kill and restart on the same port and data;
 // and versitygw's embedded gateway inside the test process.
+//
+// It owns starting, killing and faulting (proxy.go) local S3 servers, and
+// the test credentials. It must not import kdefer's packages, so any layer's
+// tests may use it, and its servers listen on local addresses only
+// (127.0.0.1 unless Options.Host names the local cluster's node address).
 package s3server
 
 import (

@@ -57,6 +57,7 @@ import (
 	kt "github.com/kdefer/kdefer/controller/testing"
 	"github.com/kdefer/kdefer/controller/webhook"
 	rt "github.com/kdefer/kdefer/render/testing"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -387,7 +388,7 @@ func run() error {
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
 				return err
 			}
-			kt.FinishDeferPod(p, 0, 0, &v1.StageSummary{Op: "out", Bytes: 1 << 20, Objects: 4}, false)
+			kt.FinishDeferPod(p, 0, 0, &stagecontract.StageSummary{Op: "out", Bytes: 1 << 20, Objects: 4}, false)
 			err := c.Status().Update(ctx, p)
 			if err == nil {
 				return nil

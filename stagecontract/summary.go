@@ -1,9 +1,8 @@
-package v1alpha1
+package stagecontract
 
 // StageSummary is what `kdefer-stage` writes, as JSON, to its summary file
 // (by default /dev/termination-log), and what the controller reads back from
 // the step's termination message into the DeferRun.
-// +kubebuilder:object:generate=false
 type StageSummary struct {
 	// Op is "in" or "out".
 	Op string `json:"op"`

@@ -1,0 +1,90 @@
+package stageout
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/kdefer/kdefer/storage"
+)
+
+// multipart uploads a large file in parallel parts, each part's CRC32C
+// computed as it is sent and combined into the object's.
+func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File, f *file, partSize int64) error {
+	var up storage.Upload
+	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		up, err = e.mp.Begin(ctx, f.key)
+		return err
+	})
+	if err != nil {
+		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
+	}
+	n := int((f.size + partSize - 1) / partSize)
+	parts := make([]storage.Part, n)
+	errs := make([]error, n)
+	fns := make([]func(context.Context), n)
+	for i := range n {
+		off := int64(i) * partSize
+		size := min(partSize, f.size-off)
+		fns[i] = func(ctx context.Context) {
+			moved := e.prog.Attempt()
+			errs[i] = e.o.Retry.Do(ctx, func(ctx context.Context) error {
+				moved.Restart()
+				src := &countReader{r: io.NewSectionReader(fh, off, size), on: moved.Add}
+				var err error
+				parts[i], err = up.PutPart(ctx, i+1, src, size)
+				return err
+			})
+		}
+	}
+	pool.Parallel(fns)
+	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
+		if err == nil {
+			err = ctx.Err()
+		}
+		// Best effort: an upload left behind is cleaned by the bucket's
+		// lifecycle rule for incomplete uploads.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_ = up.Abort(actx)
+		cancel()
+		return storage.WithOp("upload "+strconv.Quote(f.rel), firstErr(errs, err))
+	}
+	crc := parts[0].CRC
+	for _, p := range parts[1:] {
+		crc = storage.CombineCRC32C(crc, p.CRC, p.Size)
+	}
+	err = e.o.Retry.Do(ctx, func(ctx context.Context) error { return up.Complete(ctx, parts, crc) })
+	if err != nil {
+		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
+	}
+	f.crc = crc
+	e.prog.Objects.Add(1)
+	e.prog.FilesDone.Add(1)
+	return nil
+}
+
+func firstErr(errs []error, def error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return def
+}
+
+type countReader struct {
+	r  io.Reader
+	on func(int64)
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.on(int64(n))
+	}
+	return n, err
+}

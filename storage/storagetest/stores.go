@@ -1,0 +1,63 @@
+package storagetest
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kdefer/kdefer/test/s3server"
+)
+
+// seq makes prefixes and gateway buckets unique within a test process.
+var seq atomic.Int64
+
+func uniq() string { return fmt.Sprintf("t%d", seq.Add(1)) }
+
+// Mem is an in-memory store (gocloud's memblob).
+func Mem(*testing.T) Harness {
+	return Harness{URL: func(*testing.T) string { return "mem://bucket/" + uniq() + "/" }}
+}
+
+// File is a directory store (gocloud's fileblob), a fresh one per URL.
+func File(*testing.T) Harness {
+	return Harness{URL: func(t *testing.T) string { return "file://" + t.TempDir() + "/bucket" }}
+}
+
+// VersityGW is versitygw's S3 gateway, embedded in the test process.
+func VersityGW(t *testing.T) Harness {
+	addr := s3server.StartVersity(t)
+	s3server.SetCredentials(t)
+	// One gateway per process: a bucket per caller (and per -count=N run).
+	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
+	s3server.MakeBucket(t, addr, bucket)
+	return Harness{URL: func(*testing.T) string { return s3server.S3URL(addr, bucket, uniq()+"/") }}
+}
+
+// MinIO is a real MinIO server ($KDEFER_MINIO) started for the test; the
+// test is skipped without it unless KDEFER_REQUIRE_TOOLS=1.
+func MinIO(t *testing.T) Harness {
+	srv := s3server.Start(t)
+	s3server.SetCredentials(t)
+	bucket := "conformance"
+	s3server.MakeBucket(t, srv.Addr(), bucket)
+	return Harness{URL: func(*testing.T) string { return srv.URL(bucket, uniq()+"/") }}
+}
+
+// Stores are the stores every suite runs against, by subtest name.
+var Stores = []struct {
+	Name  string
+	Start func(*testing.T) Harness
+}{
+	{"Mem", Mem},
+	{"File", File},
+	{"VersityGW", VersityGW},
+	{"MinIO", MinIO},
+}
+
+// ForEachStore runs fn in a subtest per store, each store started once for
+// all the cases fn runs.
+func ForEachStore(t *testing.T, fn func(t *testing.T, h Harness)) {
+	for _, s := range Stores {
+		t.Run(s.Name, func(t *testing.T) { fn(t, s.Start(t)) })
+	}
+}

@@ -1,0 +1,56 @@
+package storage
+
+import (
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/utils/clock"
+)
+
+// TransferOptions are the settings stage-in and stage-out share: how many
+// transfers run at once, how requests are retried and stalls detected, and
+// where progress goes. Both engines' Options embed it, so kdefer-stage sets
+// them one way.
+type TransferOptions struct {
+	// Concurrency is the number of transfers in flight (default 16).
+	Concurrency int
+	Retry       RetryPolicy
+	Log         zerolog.Logger
+	Clock       clock.WithTicker
+	// ProgressInterval between progress lines (0: none).
+	ProgressInterval time.Duration
+	// IdleTimeout fails a stalled S3 connection (see OpenOptions).
+	IdleTimeout time.Duration
+	// Backend, when set, is used instead of opening the URL (tests).
+	Backend Backend
+}
+
+// DefaultConcurrency is the number of transfers in flight unless set.
+const DefaultConcurrency = 16
+
+// WithDefaults returns o with what is unset filled in: DefaultConcurrency
+// transfers, the real clock, and retries waiting on that clock.
+func (o TransferOptions) WithDefaults() TransferOptions {
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Retry.Clock == nil {
+		o.Retry.Clock = o.Clock
+	}
+	return o
+}
+
+// TransferResult is what a transfer did; both engines' Results embed it,
+// and kdefer-stage turns it into the StageSummary.
+type TransferResult struct {
+	// Bytes and Objects moved by this run; Skipped objects were complete
+	// at the destination already.
+	Bytes, Objects, Skipped int64
+	// TotalBytes of every file the run covers, moved or skipped.
+	TotalBytes int64
+	// ManifestURL of the manifest written or read, without credentials.
+	ManifestURL string
+}
