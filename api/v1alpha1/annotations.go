@@ -34,8 +34,9 @@ var StatusAnnotations = []string{AnnotationRendered, AnnotationSummary}
 // are expanded per pod (by kdefer-stage, from the KDEFER_* variables).
 var URLPlaceholders = []string{"namespace", "job", "pod", "index", "trigger", "uid", "node"}
 
-// URLSchemes are the storage schemes kdefer-stage understands.
-var URLSchemes = []string{"s3", "gs", "azblob", "file", "mem"}
+// URLSchemes are the storage schemes a stage URL may use. kdefer-stage also
+// understands mem:// (its tests), which no policy may use: see CheckStageURL.
+var URLSchemes = []string{"s3", "gs", "azblob", "file"}
 
 // TriggersAll selects every trigger in AnnotationTriggers.
 const TriggersAll = "all"
@@ -320,11 +321,18 @@ func ParseTriggers(v string) ([]Trigger, string) {
 
 // CheckStageURL returns a problem with a stage URL template, or "". Stage-in
 // URLs may not use {trigger}: no trigger exists before the main containers
-// run.
+// run. mem:// is refused: it stores nothing outside the stage process.
+// file:// is well-formed here; whether a cluster allows it is
+// ValidateFileURLs' rule.
 func CheckStageURL(v string, stageIn bool) string {
 	scheme, rest, ok := strings.Cut(v, "://")
 	if !ok {
 		return fmt.Sprintf("%q is not a URL (no scheme)", v)
+	}
+	if scheme == "mem" {
+		// Reported as success by kdefer-stage, then the volume would be
+		// released: every output lost.
+		return fmt.Sprintf("%q is in the memory of the stage step, which nothing outlives, so nothing would be saved (mem:// is for kdefer-stage's tests); use s3://, gs:// or azblob://", v)
 	}
 	known := false
 	for _, s := range URLSchemes {
