@@ -16,13 +16,19 @@ import (
 // with its fix. Host namespaces, hostPath volumes and sysctls are pod
 // fields, which a DeferPolicy cannot set.
 
-// capabilityAllowed is the one capability "restricted" lets a container
+// CapabilityAllowed is the one capability "restricted" lets a container
 // add back after dropping ALL.
-const capabilityAllowed corev1.Capability = "NET_BIND_SERVICE"
+const CapabilityAllowed corev1.Capability = "NET_BIND_SERVICE"
 
-// seLinuxTypes are the SELinux types Pod Security "baseline" (and so
-// "restricted") allows.
-var seLinuxTypes = map[string]bool{"": true, "container_t": true, "container_init_t": true, "container_kvm_t": true, "container_engine_t": true}
+// SELinuxTypeAllowed says whether Pod Security "baseline" (and so
+// "restricted") allows a container's SELinux type ("" is the runtime's).
+func SELinuxTypeAllowed(t string) bool {
+	switch t {
+	case "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t":
+		return true
+	}
+	return false
+}
 
 // validateDeferContainerSecurity refuses a defer container that would
 // weaken the defer pod's Pod Security, or read the stage credentials.
@@ -70,9 +76,9 @@ func validateDeferContainerSecurity(c *corev1.Container, creds *corev1.LocalObje
 	}
 	if caps := sc.Capabilities; caps != nil {
 		for i, c := range caps.Add {
-			if c != capabilityAllowed {
+			if c != CapabilityAllowed {
 				forbid(p.Child("capabilities", "add").Index(i), fmt.Sprintf("capability %s cannot be added", c),
-					fmt.Sprintf("remove it (kdefer drops ALL; only %s may be added back)", capabilityAllowed))
+					fmt.Sprintf("remove it (kdefer drops ALL; only %s may be added back)", CapabilityAllowed))
 			}
 		}
 	}
@@ -86,7 +92,7 @@ func validateDeferContainerSecurity(c *corev1.Container, creds *corev1.LocalObje
 		forbid(p.Child("procMount"), "an unmasked /proc is not allowed", "remove procMount")
 	}
 	if se := sc.SELinuxOptions; se != nil {
-		if !seLinuxTypes[se.Type] {
+		if !SELinuxTypeAllowed(se.Type) {
 			forbid(p.Child("seLinuxOptions", "type"), fmt.Sprintf("SELinux type %q is not allowed", se.Type), "remove it, or use container_t, container_init_t, container_kvm_t or container_engine_t")
 		}
 		if se.User != "" {
