@@ -95,11 +95,12 @@ type StageOut struct {
 	// url is the destination prefix, a template: {namespace} {job} {pod}
 	// {index} {trigger} {uid} are expanded per pod. Schemes: s3, gs, azblob,
 	// and file where the cluster allows it (kdefer-controller
-	// --allow-file-urls). S3 options go in the query (endpoint, region,
-	// use_path_style, disable_https).
+	// --allow-file-urls); mem (kdefer-stage's tests) is refused by admission.
+	// S3 options go in the query (endpoint, region, use_path_style,
+	// disable_https).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file)://')",message="stageOut.url must start with s3://, gs://, azblob:// or file://"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="stageOut.url must start with s3://, gs://, azblob://, file:// or mem://"
 	URL string `json:"url"`
 
 	// path is the directory, relative to the work volume, that is uploaded
@@ -126,7 +127,7 @@ type StageIn struct {
 	// (then exactly its files are fetched and their checksums verified).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file)://')",message="stageIn.url must start with s3://, gs://, azblob:// or file://"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="stageIn.url must start with s3://, gs://, azblob://, file:// or mem://"
 	URL string `json:"url"`
 
 	// path is the directory, relative to the work volume, written to
