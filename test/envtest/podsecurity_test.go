@@ -35,20 +35,21 @@ func TestPodSecurityRestricted(t *testing.T) {
 	creds := corev1.LocalObjectReference{Name: "s3-creds"}
 	withCreds := func(p *v1.DeferPolicySpec) { p.Credentials = &creds }
 
-	// First a weakened defer pod: refused (which also waits until the
+	// First a weakened defer pod (root, SYS_ADMIN): refused (which also waits until the
 	// namespace's labels are enforced).
 	weak := controller.BuildDeferPod(kt.MakeRun("weak", ns.Name).Trigger(v1.TriggerFailed, 1).Obj(), opts)
-	weak.Spec.Containers[0].SecurityContext.Privileged = ptr(true)
-	weak.Spec.Containers[0].SecurityContext.RunAsUser = ptr(int64(0))
+	wsc := weak.Spec.Containers[0].SecurityContext
+	wsc.RunAsNonRoot, wsc.RunAsUser = ptr(false), ptr(int64(0))
+	wsc.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := env.Client.Create(ctx, weak.DeepCopy(), client.DryRunAll)
 		if err != nil && strings.Contains(err.Error(), `violates PodSecurity "restricted:latest"`) {
-			wantDenied(t, err, "privileged", "runAsUser=0")
+			wantDenied(t, err, "runAsUser=0", `"SYS_ADMIN"`)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a privileged root defer pod in a restricted namespace: %v, want refused by Pod Security", err)
+			t.Fatalf("a root defer pod with SYS_ADMIN in a restricted namespace: %v, want refused by Pod Security", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -65,6 +66,9 @@ func TestPodSecurityRestricted(t *testing.T) {
 			withCreds(p)
 			p.DeferContainers = []corev1.Container{{Name: "plain", Image: "x"}, stored,
 				{Name: "tight", Image: "x", SecurityContext: &corev1.SecurityContext{RunAsUser: ptr(int64(1000)), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}}}
+		}).Obj(), opts),
+		"defer pod, a defer container adding NET_BIND_SERVICE": controller.BuildDeferPod(kt.MakeRun("bind", ns.Name).Trigger(v1.TriggerFailed, 2).Policy(func(p *v1.DeferPolicySpec) {
+			p.DeferContainers = []corev1.Container{{Name: "serve", Image: "x", SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}}}
 		}).Obj(), opts),
 		"pre-pull pod": controller.BuildPrePullPod(kt.MakeRun("pull", ns.Name).Obj(), "n1", opts.StageImage, ""),
 	}
