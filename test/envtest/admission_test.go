@@ -306,7 +306,8 @@ func testRetainPolicy(t *testing.T, env *envtest.Env) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pvc(fmt.Sprintf("pvc-%d", i), tc.labeled, tc.owners...)
-			err := tc.as.Delete(ctx, p)
+			// Deleted as kdefer's release deletes (foreground, this PVC only); the policy looks only at who asks.
+			err := tc.as.Delete(ctx, p, client.Preconditions{UID: &p.UID}, client.PropagationPolicy(metav1.DeletePropagationForeground))
 			if tc.allowed {
 				if err != nil {
 					t.Fatalf("delete refused: %v", err)
