@@ -40,7 +40,11 @@ type DeferPolicySpec struct {
 
 	// deferContainers run in order after the built-in stage-out, on the same
 	// node, with the work volume mounted. Each is told the trigger in
-	// KDEFER_TRIGGER.
+	// KDEFER_TRIGGER. They meet the Pod Security Standard "restricted": a
+	// securityContext may tighten it, never weaken it (no privileged, added
+	// capabilities but NET_BIND_SERVICE, root, privilege escalation,
+	// unconfined profiles or host ports), and they never receive the
+	// credentials Secret (envFrom is dropped).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
