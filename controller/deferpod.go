@@ -96,8 +96,9 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 			continue
 		}
 		c := *dc.DeepCopy()
-		c.Env = append(append([]corev1.EnvVar{}, env...), c.Env...)
+		c.Env = append(append([]corev1.EnvVar{}, env...), withoutSecret(c.Env, pol.Credentials)...)
 		c.EnvFrom = nil // never credentials or other Secrets by reference outside stage steps
+		c.Ports = withoutHostPorts(c.Ports)
 		if !mountsVolume(&c, workVolumeNames(run)) {
 			c.VolumeMounts = append(c.VolumeMounts, workMounts(run, mountPath, false)...)
 		}
@@ -373,30 +374,6 @@ func supplementalGroups(run *v1.DeferRun) []int64 {
 		return slices.Clone(su.SupplementalGroups)
 	}
 	return nil
-}
-
-// restricted fills in, without overriding what a defer container sets:
-// non-root, read-only root filesystem, no privilege escalation, no
-// capabilities.
-func restricted(sc *corev1.SecurityContext) *corev1.SecurityContext {
-	if sc == nil {
-		sc = &corev1.SecurityContext{}
-	} else {
-		sc = sc.DeepCopy()
-	}
-	if sc.ReadOnlyRootFilesystem == nil {
-		sc.ReadOnlyRootFilesystem = ptr.To(true)
-	}
-	if sc.AllowPrivilegeEscalation == nil {
-		sc.AllowPrivilegeEscalation = ptr.To(false)
-	}
-	if sc.RunAsNonRoot == nil {
-		sc.RunAsNonRoot = ptr.To(true)
-	}
-	if sc.Capabilities == nil {
-		sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}
-	}
-	return sc
 }
 
 func mustQ(s string) resource.Quantity { return resource.MustParse(s) }

@@ -184,7 +184,8 @@ func TestStageUser(t *testing.T) {
 	stage := func(uid, gid *int64) *corev1.SecurityContext {
 		return &corev1.SecurityContext{RunAsUser: uid, RunAsGroup: gid, RunAsNonRoot: ptr.To(true),
 			ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	}
 	podSC := func(groups ...int64) *corev1.PodSecurityContext {
 		return &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65532)), RunAsGroup: ptr.To(int64(65532)),

@@ -10,6 +10,8 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
 
+const effectivePolicy = "effective policy (DeferPolicy with the Job's kdefer.io annotations)"
+
 // EffectivePolicy applies kdefer's annotations (from a Job, or from a pod,
 // where render copied them) over the named DeferPolicy's spec (nil when
 // there is none) and fills in every default.
@@ -132,8 +134,21 @@ func EffectivePolicy(policy *v1.DeferPolicySpec, annotations map[string]string) 
 		// Annotations were well-formed; check the merged result (which may
 		// hold the policy's own values) with the policy's rules.
 		for _, e := range v1.ValidateDeferPolicySpec(&out, field.NewPath("policy")) {
-			errs = append(errs, fmt.Errorf("effective policy (DeferPolicy with the Job's kdefer.io annotations): %s", e.Error()))
+			errs = append(errs, fmt.Errorf("%s: %s", effectivePolicy, e.Error()))
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// clusterRules checks an effective policy against what this cluster allows
+// beyond ValidateDeferPolicySpec (Options): file:// URLs.
+func clusterRules(pol *v1.DeferPolicySpec, opts Options) []error {
+	if opts.AllowFileURLs {
+		return nil
+	}
+	var errs []error
+	for _, e := range v1.ValidateFileURLs(pol, field.NewPath("policy")) {
+		errs = append(errs, fmt.Errorf("%s: %s", effectivePolicy, e.Error()))
+	}
+	return errs
 }

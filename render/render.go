@@ -44,6 +44,9 @@ type Options struct {
 	StageImage string
 	// ImagePullPolicy of the stage-in containers (default IfNotPresent).
 	ImagePullPolicy corev1.PullPolicy
+	// AllowFileURLs accepts file:// stage URLs (kdefer-controller
+	// --allow-file-urls); see v1alpha1.ValidateFileURLs.
+	AllowFileURLs bool
 }
 
 func (o Options) withDefaults() Options {
@@ -180,6 +183,7 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	if perr != nil {
 		errs = append(errs, perr)
 	}
+	errs = append(errs, clusterRules(&pol, opts)...)
 	fail := func(field, problem, fix string) {
 		errs = append(errs, &TemplateError{Field: field, Problem: problem, Fix: fix})
 	}

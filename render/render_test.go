@@ -342,6 +342,19 @@ func TestRenderRefuses(t *testing.T) {
 			want:   []string{"annotation kdefer.io/include: is set, but no stage-out URL is"}},
 		{name: "policy without stage-out", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Obj(), policy: &v1.DeferPolicySpec{},
 			want: []string{`annotation kdefer.io/stage-out: is not set and DeferPolicy "p" has neither stageOut nor deferContainers`}},
+		{name: "mem:// saves nothing", job: rt.MakeJob("j", ns).StageOut("mem://b/{pod}/").Obj(),
+			want: []string{`annotation kdefer.io/stage-out: "mem://b/{pod}/" is in the memory of the stage step, which nothing outlives`}},
+		{name: "file:// unless the cluster allows it", job: rt.MakeJob("j", ns).StageOut("file:///data/{pod}/").Obj(),
+			want: []string{"policy.stageOut.url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls"}},
+		{name: "policy's defer container weakens Pod Security", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Obj(),
+			policy: &v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/{pod}/"}, DeferContainers: []corev1.Container{{Name: "d", Image: "x",
+				SecurityContext: &corev1.SecurityContext{Privileged: ptrTo(true), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}}}},
+			want: []string{"policy.deferContainers[0].securityContext.privileged: Forbidden", "policy.deferContainers[0].securityContext.capabilities.add[0]: Forbidden: capability SYS_ADMIN"}},
+		{name: "annotation hands a defer container the stage credentials", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").
+			Annotation(v1.AnnotationCredentials, "team-token").Obj(),
+			policy: &v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/{pod}/"}, DeferContainers: []corev1.Container{{Name: "d", Image: "x",
+				Env: []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "team-token"}, Key: "t"}}}}}}},
+			want: []string{`policy.deferContainers[0].env[0].valueFrom.secretKeyRef: Forbidden: reads the stage credentials Secret "team-token"`}},
 		{name: "invalid policy field", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Obj(),
 			policy: &v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x", Path: "/abs"}},
 			want:   []string{"policy.stageOut.path: Invalid value"}},
@@ -361,6 +374,23 @@ func TestRenderRefuses(t *testing.T) {
 		})
 	}
 }
+
+// A cluster that allows file:// (kdefer-controller --allow-file-urls) renders
+// it.
+func TestRenderAllowsFileURLsWhenTold(t *testing.T) {
+	job := rt.MakeJob("j", ns).StageOut("file:///data/{pod}/").Annotation(v1.AnnotationStageIn, "file:///data/in/").Obj()
+	allow := opts
+	allow.AllowFileURLs = true
+	if _, err := render.Job(job, nil, allow); err != nil {
+		t.Errorf("render.Job with AllowFileURLs: %v", err)
+	}
+	_, err := render.Job(job, nil, opts)
+	if got := strings.Join(render.Problems(err), "\n"); !strings.Contains(got, "policy.stageIn[0].url: Forbidden") {
+		t.Errorf("render.Job without AllowFileURLs: want stageIn[0] refused too, got:\n%s", got)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 func TestEffectivePolicyOverride(t *testing.T) {
 	policy := rt.MakePolicy("p", ns, "s3://team/{pod}/").Credentials("team").StageIn("s3://in/a/", "a").StageIn("s3://in/b/", "b").

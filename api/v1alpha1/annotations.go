@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -315,18 +316,26 @@ func ParseTriggers(v string) ([]Trigger, string) {
 
 // CheckStageURL returns a problem with a stage URL template, or "". Stage-in
 // URLs may not use {trigger}: no trigger exists before the main containers
-// run.
+// run. mem:// is refused: it stores nothing outside the stage process.
+// file:// is well-formed here; whether a cluster allows it is
+// ValidateFileURLs' rule.
 func CheckStageURL(v string, stageIn bool) string {
 	scheme, rest, ok := strings.Cut(v, "://")
 	if !ok {
 		return fmt.Sprintf("%q is not a URL (no scheme)", v)
+	}
+	if scheme == "mem" {
+		// Reported as success by kdefer-stage, then the volume would be
+		// released: every output lost.
+		return fmt.Sprintf("%q is in the memory of the stage step, which nothing outlives, so nothing would be saved (mem:// is for kdefer-stage's tests); use s3://, gs:// or azblob://", v)
 	}
 	known := false
 	for _, s := range stagecontract.URLSchemes {
 		known = known || s == scheme
 	}
 	if !known {
-		return fmt.Sprintf("%q has scheme %q; kdefer understands %s", v, scheme, strings.Join(stagecontract.URLSchemes, ", "))
+		usable := slices.DeleteFunc(slices.Clone(stagecontract.URLSchemes), func(s string) bool { return s == "mem" })
+		return fmt.Sprintf("%q has scheme %q; kdefer understands %s", v, scheme, strings.Join(usable, ", "))
 	}
 	if len(v) > 2048 {
 		return "is longer than 2048 characters"

@@ -40,7 +40,11 @@ type DeferPolicySpec struct {
 
 	// deferContainers run in order after the built-in stage-out, on the same
 	// node, with the work volume mounted. Each is told the trigger in
-	// KDEFER_TRIGGER.
+	// KDEFER_TRIGGER. They meet the Pod Security Standard "restricted": a
+	// securityContext may tighten it, never weaken it (no privileged, added
+	// capabilities but NET_BIND_SERVICE, root, privilege escalation,
+	// unconfined profiles or host ports), and they never receive the
+	// credentials Secret (envFrom is dropped).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -94,8 +98,10 @@ type DeferPolicySpec struct {
 type StageOut struct {
 	// url is the destination prefix, a template: {namespace} {job} {pod}
 	// {index} {trigger} {uid} are expanded per pod. Schemes: s3, gs, azblob,
-	// file, mem. S3 options go in the query (endpoint, region,
-	// use_path_style, disable_https).
+	// and file where the cluster allows it (kdefer-controller
+	// --allow-file-urls); mem (kdefer-stage's tests) is refused by admission.
+	// S3 options go in the query (endpoint, region, use_path_style,
+	// disable_https).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="stageOut.url must start with s3://, gs://, azblob://, file:// or mem://"

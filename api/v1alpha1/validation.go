@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -9,7 +10,8 @@ import (
 
 // ValidateDeferPolicySpec checks what the CRD's OpenAPI and CEL rules check,
 // and the cross-field rules they cannot (defer container names, trigger
-// rules naming defer containers, globs). The DeferPolicy webhook and render
+// rules naming defer containers, globs, defer containers that would weaken
+// the defer pod's Pod Security, see podsecurity.go). The DeferPolicy webhook and render
 // (on the effective policy) use it, so every path reports the same
 // messages, each naming the field.
 func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorList {
@@ -76,6 +78,7 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 		if c.Image == "" {
 			errs = append(errs, field.Required(p.Child("image"), "every defer container needs an image"))
 		}
+		errs = append(errs, validateDeferContainerSecurity(&c, s.Credentials, p)...)
 	}
 	seen := map[Trigger]int{}
 	for i, r := range s.TriggerRules {
@@ -117,6 +120,26 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 		}
 		if o.RetainFor != nil && o.Volume != VolumeRetain {
 			errs = append(errs, field.Invalid(fld.Child("onFailure", "retainFor"), o.RetainFor.Duration.String(), "onFailure.retainFor is only allowed with volume: Retain"))
+		}
+	}
+	return errs
+}
+
+// ValidateFileURLs refuses file:// stage URLs. They name a directory of the
+// node the stage step runs on (a hostPath in all but name, which the
+// defer pod cannot even mount): only a cluster that says so accepts them,
+// with kdefer-controller --allow-file-urls (and `kdefer render/lint
+// --allow-file-urls` to match). Admission applies it to DeferPolicies and to
+// effective policies alike, unless allowed.
+func ValidateFileURLs(s *DeferPolicySpec, fld *field.Path) field.ErrorList {
+	const msg = "file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls; fix: use s3://, gs:// or azblob://"
+	var errs field.ErrorList
+	if s.StageOut != nil && strings.HasPrefix(s.StageOut.URL, "file://") {
+		errs = append(errs, field.Forbidden(fld.Child("stageOut", "url"), msg))
+	}
+	for i, in := range s.StageIn {
+		if strings.HasPrefix(in.URL, "file://") {
+			errs = append(errs, field.Forbidden(fld.Child("stageIn").Index(i).Child("url"), msg))
 		}
 	}
 	return errs

@@ -24,6 +24,10 @@ func TestValidateDeferPolicySpec(t *testing.T) {
 			want: []string{"spec.stageOut: Required value"}},
 		{name: "bad url and path", mod: func(s *DeferPolicySpec) { s.StageOut = &StageOut{URL: "ftp://x", Path: "../x", Include: []string{"["}} },
 			want: []string{"spec.stageOut.url: Invalid value", "spec.stageOut.path: Invalid value", "spec.stageOut.include[0]: Invalid value"}},
+		{name: "mem:// saves nothing", mod: func(s *DeferPolicySpec) {
+			s.StageOut.URL = "mem://b/{pod}/"
+			s.StageIn = []StageIn{{URL: "mem://b/in/"}}
+		}, want: []string{"spec.stageOut.url: Invalid value", "spec.stageIn[0].url: Invalid value"}},
 		{name: "stage-in trigger", mod: func(s *DeferPolicySpec) { s.StageIn = []StageIn{{URL: "s3://b/{trigger}"}} },
 			want: []string{"spec.stageIn[0].url: Invalid value"}},
 		{name: "defer containers", mod: func(s *DeferPolicySpec) {
@@ -69,5 +73,29 @@ func TestDefaultIdempotent(t *testing.T) {
 	}
 	if r := s.RuleFor(TriggerOOMKilled); r.Action != TriggerActionRun {
 		t.Errorf("RuleFor(unlisted) = %+v, want Run", r)
+	}
+}
+
+// file:// stage URLs name a directory of the node the stage step runs on:
+// admission refuses them unless the cluster allows them (kdefer-controller
+// --allow-file-urls); the rule is ValidateFileURLs.
+func TestValidateFileURLs(t *testing.T) {
+	s := &DeferPolicySpec{StageOut: &StageOut{URL: "file:///data/out/{pod}"}, StageIn: []StageIn{{URL: "s3://b/in/"}, {URL: "file:///data/in"}}}
+	if errs := ValidateDeferPolicySpec(s, field.NewPath("spec")); len(errs) > 0 {
+		t.Errorf("ValidateDeferPolicySpec refuses file:// itself (the cluster's setting decides): %v", errs)
+	}
+	var got []string
+	for _, e := range ValidateFileURLs(s, field.NewPath("spec")) {
+		got = append(got, e.Error())
+	}
+	want := []string{
+		`spec.stageOut.url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls; fix: use s3://, gs:// or azblob://`,
+		`spec.stageIn[1].url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls; fix: use s3://, gs:// or azblob://`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ValidateFileURLs (-want +got):\n%s", diff)
+	}
+	if errs := ValidateFileURLs(&DeferPolicySpec{StageOut: &StageOut{URL: "s3://b/x"}}, field.NewPath("spec")); len(errs) > 0 {
+		t.Errorf("ValidateFileURLs refuses s3://: %v", errs)
 	}
 }

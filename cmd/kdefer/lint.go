@@ -43,7 +43,11 @@ func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 		switch {
 		case d.isPolicy():
 			p := ps.lookup(d.name, d.ns)
-			for _, e := range v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec")) {
+			errs := v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec"))
+			if !f.allowFileURLs {
+				errs = append(errs, v1.ValidateFileURLs(&p.Spec, field.NewPath("spec"))...)
+			}
+			for _, e := range errs {
 				problems = append(problems, e.Error())
 			}
 		case d.isJob() || d.isCronJob():

@@ -136,7 +136,7 @@ func TestLint(t *testing.T) {
 	}
 	want := `testdata/bad.yaml#1: Job bad: 3 problem(s), 2 warning(s)
   error: annotation kdefer.io/deadline: "3x" is not a positive duration; fix: use a Go duration such as 30m or 2h
-  error: annotation kdefer.io/stage-out: "http://x" has scheme "http"; kdefer understands s3, gs, azblob, file, mem; fix: use e.g. s3://bucket/runs/{namespace}/{job}/{pod}/
+  error: annotation kdefer.io/stage-out: "http://x" has scheme "http"; kdefer understands s3, gs, azblob, file; fix: use e.g. s3://bucket/runs/{namespace}/{job}/{pod}/
   error: spec.template.spec.containers[0] (main).envFrom: receives the credentials Secret "minio"; fix: kdefer gives the Secret named by kdefer.io/credentials only to its stage steps: give the container a different Secret, or remove the reference
   warning: the Job has kdefer.io annotations but not the label kdefer.io/enabled: "true", so kdefer's webhook ignores it; add the label, or render it with kdefer render
   warning: annotation kdefer.io/tigers is not a kdefer annotation and is ignored; did you mean kdefer.io/triggers?
@@ -150,6 +150,30 @@ testdata/policy-job.yaml#2: Job physics/uses-policy: ok
 	out, _, code = run(t, "lint", "-f", "testdata/job.yaml")
 	if code != 0 {
 		t.Errorf("lint of a good Job: exit %d:\n%s", code, out)
+	}
+}
+
+// Lint refuses what the webhooks refuse: mem:// URLs, file:// URLs (unless
+// --allow-file-urls, as the controller), defer containers that weaken Pod
+// Security or read the stage credentials.
+func TestLintUnsafe(t *testing.T) {
+	out, _, code := run(t, "lint", "-f", "testdata/unsafe.yaml")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	want := `testdata/unsafe.yaml#1: DeferPolicy physics/root: 3 problem(s), 0 warning(s)
+  error: spec.deferContainers[0].env[0].valueFrom.secretKeyRef: Forbidden: reads the stage credentials Secret "minio"; fix: give the defer container a Secret of its own; the stage credentials (minio) go only to kdefer's stage steps
+  error: spec.deferContainers[0].securityContext.privileged: Forbidden: a privileged container owns the node: defer pods meet the Pod Security Standard restricted; fix: remove privileged
+  error: spec.stageOut.url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls; fix: use s3://, gs:// or azblob://
+testdata/unsafe.yaml#2: Job physics/mem: 1 problem(s), 0 warning(s)
+  error: annotation kdefer.io/stage-out: "mem://b/{pod}/" is in the memory of the stage step, which nothing outlives, so nothing would be saved (mem:// is for kdefer-stage's tests); use s3://, gs:// or azblob://; fix: use e.g. s3://bucket/runs/{namespace}/{job}/{pod}/
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("lint output (-want +got):\n%s", diff)
+	}
+	out, _, _ = run(t, "lint", "--allow-file-urls", "-f", "testdata/unsafe.yaml")
+	if strings.Contains(out, "file://") || !strings.Contains(out, "DeferPolicy physics/root: 2 problem(s)") {
+		t.Errorf("lint --allow-file-urls still refuses file://:\n%s", out)
 	}
 }
 

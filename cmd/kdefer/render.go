@@ -18,19 +18,21 @@ import (
 )
 
 type renderFlags struct {
-	files      []string
-	stageImage string
-	pullPolicy string
+	files         []string
+	stageImage    string
+	pullPolicy    string
+	allowFileURLs bool
 }
 
 func (f *renderFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVarP(&f.files, "filename", "f", nil, "file with Jobs (and the DeferPolicies they name); - for stdin; repeatable")
 	cmd.Flags().StringVar(&f.stageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-in containers")
 	cmd.Flags().StringVar(&f.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the stage-in containers")
+	cmd.Flags().BoolVar(&f.allowFileURLs, "allow-file-urls", false, "accept file:// stage URLs, as kdefer-controller --allow-file-urls does")
 }
 
 func (f *renderFlags) options() render.Options {
-	return render.Options{StageImage: f.stageImage, ImagePullPolicy: corev1.PullPolicy(f.pullPolicy)}
+	return render.Options{StageImage: f.stageImage, ImagePullPolicy: corev1.PullPolicy(f.pullPolicy), AllowFileURLs: f.allowFileURLs}
 }
 
 func init() {

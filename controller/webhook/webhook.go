@@ -84,6 +84,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Host, "webhook-bind-host", "", "address the admission webhook server listens on (default: every address)")
 	fs.IntVar(&o.Port, "webhook-port", 9443, "port of the admission webhook server")
 	fs.StringVar(&o.CertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
+	fs.BoolVar(&o.Render.AllowFileURLs, "allow-file-urls", false, "accept file:// stage URLs (a directory of the node the stage step runs on; for single-node test clusters)")
 	fs.StringVar(&o.CertMode, "webhook-cert-mode", CertModeSelfSigned, "self-signed (kdefer manages a CA, the serving certificate and the caBundles) or external (e.g. cert-manager)")
 	o.Certs.AddFlags(fs)
 }
@@ -288,7 +289,11 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 	if err := json.Unmarshal(req.Object.Raw, p); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if errs := v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
+	errs := v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec"))
+	if !h.opts.Render.AllowFileURLs {
+		errs = append(errs, v1.ValidateFileURLs(&p.Spec, field.NewPath("spec"))...)
+	}
+	if len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
 			msgs[i] = e.Error()

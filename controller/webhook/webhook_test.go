@@ -10,8 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -159,6 +161,27 @@ func TestValidatePolicy(t *testing.T) {
 	shared := rt.MakePolicy("p", "ns", "s3://b/shared/").Obj()
 	if resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, shared, nil)); !resp.Allowed || len(resp.Warnings) != 1 {
 		t.Errorf("shared prefix: want one warning: %+v", resp)
+	}
+	for _, tc := range []struct {
+		name string
+		p    *v1.DeferPolicy
+		want string
+	}{
+		{name: "privileged defer container", p: rt.MakePolicy("p", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "d", Image: "x",
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}}).Obj(),
+			want: "spec.deferContainers[0].securityContext.runAsUser: Forbidden: defer containers never run as root: defer pods meet the Pod Security Standard restricted; fix: remove runAsUser"},
+		{name: "mem://", p: rt.MakePolicy("p", "ns", "mem://b/{pod}/").Obj(), want: `spec.stageOut.url: Invalid value: "mem://b/{pod}/"`},
+		{name: "file:// by default", p: rt.MakePolicy("p", "ns", "file:///data/{pod}/").Obj(), want: "spec.stageOut.url: Forbidden: file:// URLs"},
+	} {
+		resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, tc.p, nil))
+		if resp.Allowed || !strings.Contains(resp.Result.Message, tc.want) {
+			t.Errorf("%s: allowed=%v %q, want a denial with %q", tc.name, resp.Allowed, resp.Result.Message, tc.want)
+		}
+	}
+	allowFile := opts
+	allowFile.Render.AllowFileURLs = true
+	if resp := NewHandlers(allowFile, nil).ValidatePolicy(context.Background(), request(t, admissionv1.Create, rt.MakePolicy("p", "ns", "file:///data/{pod}/").Obj(), nil)); !resp.Allowed {
+		t.Errorf("file:// with --allow-file-urls: %q", resp.Result.Message)
 	}
 	bad := rt.MakePolicy("p", "ns", "s3://b/{pod}/").TriggerRule(v1.TriggerRule{Triggers: []v1.Trigger{v1.TriggerFailed}, DeferContainers: []string{"notify"}}).Obj()
 	resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, bad, nil))

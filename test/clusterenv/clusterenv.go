@@ -184,9 +184,16 @@ func MustImage(t testing.TB, name string) string {
 // when the test ends.
 func (e *Env) Namespace(t testing.TB, prefix string) string {
 	t.Helper()
+	return e.LabelledNamespace(t, prefix, nil)
+}
+
+// LabelledNamespace is Namespace with labels, e.g. Pod Security's
+// pod-security.kubernetes.io/enforce.
+func (e *Env) LabelledNamespace(t testing.TB, prefix string, labels map[string]string) string {
+	t.Helper()
 	ctx := context.Background()
 	ns, err := e.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)

@@ -92,7 +92,11 @@ func newScenario(t *testing.T, prefix string, s3addr ...string) *scenario {
 	if err != nil {
 		t.Fatalf("bucket %s on %s: %v", bucket, addr, err)
 	}
-	s.ns = env.Namespace(t, prefix)
+	// Every scenario runs where Pod Security "restricted" is enforced, so
+	// each of its defer pods (and pre-pull pods) must meet it to run at
+	// all; the Jobs' pods meet it too (restrictedPod).
+	s.ns = env.LabelledNamespace(t, prefix, map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})
 	_, err = env.Clientset.CoreV1().Secrets(s.ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "minio"},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3server.AccessKey, "AWS_SECRET_ACCESS_KEY": s3server.SecretKey},
@@ -220,10 +224,28 @@ timeout 30 wget -q -O /dev/null %s/ready/$HOSTNAME
 	return b.String()
 }
 
+// Jobs of the scenarios run as this user and group, not root: their
+// namespaces enforce Pod Security "restricted".
+const jobUser int64 = 1000
+
+// restrictedPod makes a Job's pod meet Pod Security "restricted" as uid:gid;
+// the pod's fsGroup lets it write the work volume (a local PV, which the
+// kubelet gives to that group).
+func restrictedPod(spec *corev1.PodSpec, uid, gid, fsGroup int64) {
+	spec.SecurityContext = &corev1.PodSecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(uid), RunAsGroup: ptr.To(gid), FSGroup: ptr.To(fsGroup),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	for i := range spec.Containers {
+		spec.Containers[i].SecurityContext = &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	}
+}
+
 // job builds an opted-in Job running w, staging out to the scenario's bucket.
 func (s *scenario) job(name string, w workload) *batchv1.Job {
 	busybox := clusterenv.MustImage(s.t, "busybox")
-	return &batchv1.Job{
+	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: s.ns,
 			Labels: map[string]string{v1.LabelEnabled: "true"},
@@ -248,6 +270,8 @@ func (s *scenario) job(name string, w workload) *batchv1.Job {
 			},
 		},
 	}
+	restrictedPod(&job.Spec.Template.Spec, jobUser, jobUser, jobUser)
+	return job
 }
 
 func (s *scenario) s3Query() string {

@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -136,9 +135,6 @@ func TestStageInNoCredentials(t *testing.T) {
 		}
 		return string(b)
 	}
-	// A non-root program: the pod's fsGroup makes the work volume writable for it.
-	job.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{
-		RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532)}
 	job.Spec.Template.Spec.Containers[0] = corev1.Container{
 		Name: "main", Image: img, ImagePullPolicy: corev1.PullNever,
 		Env: []corev1.EnvVar{
@@ -146,6 +142,8 @@ func TestStageInNoCredentials(t *testing.T) {
 			{Name: "KDEFER_E2E_LOOK_FOR", Value: rev(s3server.SecretKey) + "," + rev(s3server.AccessKey)},
 		},
 	}
+	// A non-root program: the pod's fsGroup makes the work volume writable for it.
+	restrictedPod(&job.Spec.Template.Spec, 65532, 65532, 65532)
 	s.create(job)
 	if got := s.waitReady(2 * time.Minute); got != "inspect" {
 		t.Fatalf("ready from %q", got)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -27,9 +26,9 @@ func TestStageOutAsPodUser(t *testing.T) {
 	w.mode = "exit 0"
 	job := s.job("sim", w)
 	spec := &job.Spec.Template.Spec
-	spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
+	restrictedPod(spec, 3000, 3000, 2000)
 	c := &spec.Containers[0]
-	c.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000)}
+	c.SecurityContext.RunAsUser, c.SecurityContext.RunAsGroup = ptr.To[int64](1000), ptr.To[int64](1000) // the container's user wins
 	script := c.Command[2]
 	// The outputs must really be private, or the test proves nothing.
 	// (The directory inherits the setgid bit fsGroup sets on the volume: 2700.)

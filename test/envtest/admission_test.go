@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -290,27 +291,40 @@ func testRetainPolicy(t *testing.T, env *envtest.Env) {
 		{name: "garbage collector, pod-owned only", labeled: true, owners: []metav1.OwnerReference{podOwner}, as: gc},
 		{name: "user, pod-owned only", labeled: true, owners: []metav1.OwnerReference{podOwner}, as: alice},
 		{name: "user, no owner", labeled: true, as: alice},
-		{name: "garbage collector, co-owned by a DeferRun", labeled: true, owners: []metav1.OwnerReference{podOwner, runOwner}, as: gc, allowed: true},
-		{name: "garbage collector, DeferRun owner only (release)", labeled: true, owners: []metav1.OwnerReference{runOwner}, as: gc, allowed: true},
+		// Retained means retained: once a DeferRun co-owns the volume, it
+		// goes only when kdefer releases it (kdefer deletes it itself), so
+		// neither a user nor the garbage collector may delete it, whether
+		// the run is unfinished or kept the volume after a failure.
+		{name: "user, co-owned by a DeferRun", labeled: true, owners: []metav1.OwnerReference{podOwner, runOwner}, as: alice},
+		{name: "garbage collector, co-owned by a DeferRun", labeled: true, owners: []metav1.OwnerReference{podOwner, runOwner}, as: gc},
+		{name: "user, DeferRun owner only (retained, pod gone)", labeled: true, owners: []metav1.OwnerReference{runOwner}, as: alice},
 		{name: "kdefer's ServiceAccount", labeled: true, owners: []metav1.OwnerReference{podOwner}, as: kdefer, allowed: true},
+		{name: "kdefer's ServiceAccount releases a retained volume", labeled: true, owners: []metav1.OwnerReference{runOwner}, as: kdefer, allowed: true},
 		{name: "not a work volume", owners: []metav1.OwnerReference{podOwner}, as: gc, allowed: true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pvc(fmt.Sprintf("pvc-%d", i), tc.labeled, tc.owners...)
-			err := tc.as.Delete(ctx, p)
+			// Deleted as kdefer's release deletes (foreground, this PVC only); the policy looks only at who asks.
+			err := tc.as.Delete(ctx, p, client.Preconditions{UID: &p.UID}, client.PropagationPolicy(metav1.DeletePropagationForeground))
 			if tc.allowed {
 				if err != nil {
 					t.Fatalf("delete refused: %v", err)
 				}
 				return
 			}
-			who, release := "a kdefer-managed pod", "kdefer release (once"
-			if len(tc.owners) > 0 {
-				who, release = "kdefer-managed pod sim-abc", "kdefer release -n "+ns+" deferrun/sim-abc (once"
+			why := "a kdefer-managed pod and kdefer has not taken it over yet"
+			release := "kdefer release (once"
+			switch {
+			case slices.Contains(tc.owners, runOwner):
+				why = "kdefer-managed pod sim-abc, kept by DeferRun sim-abc until kdefer releases it (the run is unfinished, or retained the volume)"
+				release = "kdefer release -n " + ns + " deferrun/sim-abc (once"
+			case len(tc.owners) > 0:
+				why = "kdefer-managed pod sim-abc and kdefer has not taken it over yet"
+				release = "kdefer release -n " + ns + " deferrun/sim-abc (once"
 			}
 			wantDenied(t, err, "ValidatingAdmissionPolicy 'kdefer-retain-work-volumes'",
-				fmt.Sprintf("PersistentVolumeClaim %s/%s holds the work volume of %s and kdefer has not taken it over yet", ns, p.Name, who),
+				fmt.Sprintf("PersistentVolumeClaim %s/%s holds the work volume of %s", ns, p.Name, why),
 				release, fmt.Sprintf("kubectl label pvc -n %s %s kdefer.io/work-volume- and delete it again", ns, p.Name))
 			if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 				t.Errorf("status reason %v, want Forbidden", apierrors.ReasonForError(err))
@@ -332,7 +346,7 @@ func testRetainPolicy(t *testing.T, env *envtest.Env) {
 	t.Run("namespace being deleted", func(t *testing.T) {
 		dns := namespace(t, env, "retain-doomed")
 		p := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: dns, Labels: map[string]string{v1.LabelWorkVolume: "w"}, OwnerReferences: []metav1.OwnerReference{podOwner}},
+			ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: dns, Labels: map[string]string{v1.LabelWorkVolume: "w"}, OwnerReferences: []metav1.OwnerReference{podOwner, runOwner}},
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 		}
