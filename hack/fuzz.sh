@@ -27,11 +27,12 @@ done < <(git ls-files '*_test.go' | xargs grep -Ho '^func Fuzz[A-Za-z0-9_]*')
 
 for pkg in $(printf '%s\n' "${!targets[@]}" | sort); do
 	bin=$out/$(echo "${pkg#./}" | tr / _).test
+	importpath=$(go list "$pkg")
 	go test -c -fuzz=. -o "$bin" "$pkg"
 	for fn in ${targets[$pkg]}; do
 		echo "fuzz $pkg $fn ($fuzztime)"
 		# A test binary runs in its package's directory, where testdata/fuzz is.
 		(cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^$fn\$" -test.fuzztime "$fuzztime" \
-			-test.fuzzcachedir "$cache/$(go list "$pkg")")
+			-test.fuzzcachedir "$cache/$importpath")
 	done
 done
