@@ -35,12 +35,30 @@ type Manifest struct {
 	// TotalBytes is the sum of Files[].Size.
 	TotalBytes int64          `json:"totalBytes"`
 	Files      []ManifestFile `json:"files"`
+	// Unsaved lists the files under the root that were not stored, each with
+	// the reason. Empty means the manifest covers every file the filters chose.
+	Unsaved []UnsavedFile `json:"unsaved,omitempty"`
+}
+
+// UnsavedFile is a file a stage-out chose but could not store.
+type UnsavedFile struct {
+	// Path is the file's path relative to the root, quoted with strconv.Quote
+	// when it is not valid UTF-8 (JSON could not carry it otherwise).
+	Path string `json:"path"`
+	// Reason says why, for a person: "not a regular file", "permission
+	// denied", "vanished after the walk", "changed while read", ...
+	Reason string `json:"reason"`
 }
 
 // ManifestFile is one stored object. Key is relative to the prefix, so a
 // copied prefix keeps a valid manifest.
 type ManifestFile struct {
-	Key  string `json:"key"`
+	Key string `json:"key"`
+	// Path is the file's path relative to the root when it differs from Key:
+	// a name the store cannot hold (invalid UTF-8, control characters) is
+	// stored under an encoded key and restored from Path by stage-in. Path is
+	// quoted with strconv.Quote when it is not valid UTF-8.
+	Path string `json:"path,omitempty"`
 	Size int64  `json:"size"`
 	// Checksum is the object's CRC32C as "crc32c:" and 8 lowercase hex digits.
 	Checksum string    `json:"checksum"`

@@ -12,6 +12,12 @@ type StageSummary struct {
 	Objects int64 `json:"objects"`
 	// Skipped objects already complete at the destination.
 	Skipped int64 `json:"skipped"`
+	// Unsaved counts the files a stage-out could not store (unreadable,
+	// vanished, not a regular file, ...). Each is listed with its reason in
+	// the manifest's unsaved list. A run with Unsaved > 0 still exits 0 and
+	// writes its manifest: every good byte is saved, and the controller marks
+	// the run Incomplete and keeps the volume instead of releasing it.
+	Unsaved int64 `json:"unsaved,omitempty"`
 	// TotalBytes of every file the run covers, transferred or skipped.
 	TotalBytes int64 `json:"totalBytes"`
 	// DurationSeconds of the run.
