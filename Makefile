@@ -11,6 +11,13 @@ ENVTEST_DIR := $(BIN)/envtest
 # run at its deadline with a spurious "context deadline exceeded" on a loaded
 # machine (golang/go#75804; seen here once, FuzzCombineCRC32C).
 FUZZTIME ?= 10000x
+# One set of compiler flags for every tier and for the images (test/images
+# builds with CGO_ENABLED=0 -trimpath). The Go build cache is keyed by them:
+# with the same flags, vet, unit, fuzz and the image builds compile each
+# dependency once; with different ones a cold machine compiled client-go,
+# controller-runtime and the cloud SDKs twice. Nothing in kdefer needs cgo.
+export CGO_ENABLED ?= 0
+export GOFLAGS ?= -trimpath
 
 export KDEFER_KUBE_DIR = $(shell $(TOOLS) path kube)
 export KDEFER_ETCD_DIR = $(shell $(TOOLS) path etcd)
