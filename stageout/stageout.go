@@ -12,14 +12,13 @@ package stageout
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +53,7 @@ type file struct {
 	size     int64
 	mtime    time.Time
 	crc      uint32
+	stored   bool // stored (or found stored); else listed as unsaved
 }
 
 // Run performs the stage-out.
@@ -80,9 +80,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	defer root.Close()
 
-	// Walk and check every name before any byte moves, so a hostile or
-	// unrepresentable file name fails the run before it has done anything.
-	files, err := walk(root, loc.Prefix, filter, o.Log)
+	// Walk first: the listing below is then one request, and progress
+	// knows the total. What the walk cannot stage is unsaved, not fatal.
+	files, unsavedFiles, err := walk(root, loc.Prefix, filter, o.Log)
 	if err != nil {
 		return Result{}, err
 	}
@@ -128,15 +128,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer stopProgress()
 	go prog.Run(pctx, o.Log, o.ProgressInterval)
 
-	e := &engine{o: o, be: be, root: root, prog: prog, manifestKey: manifestKey, hasManifest: hasManifest}
+	e := &engine{o: o, be: be, root: root, prog: prog, manifestKey: manifestKey, hasManifest: hasManifest, unsavedFiles: unsavedFiles}
 	if mp, ok := be.(storage.Multipart); ok {
 		e.mp = mp
 	}
 	pool := storage.NewPool(ctx, o.Concurrency)
 	err = pool.Each(len(files), func(ctx context.Context, i int) error {
-		f := &files[i]
-		size, exists := existing[f.key] // read-only once listed
-		return e.file(ctx, pool, f, exists && size == f.size)
+		return e.file(ctx, pool, &files[i], existing)
 	})
 	if err != nil {
 		return Result{}, err
@@ -148,20 +146,25 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Every object is stored: now, and only now, the manifest.
 	m := &stagecontract.Manifest{
 		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
-		Identity: identity(o.Env), Start: start.UTC(), Files: make([]stagecontract.ManifestFile, len(files)),
+		Identity: identity(o.Env), Start: start.UTC(), Files: make([]stagecontract.ManifestFile, 0, len(files)),
 	}
 	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
 	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
-	for i, f := range files {
-		m.Files[i] = stagecontract.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
+	for _, f := range files {
+		if !f.stored {
+			continue
+		}
+		m.Files = append(m.Files, stagecontract.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()})
 		m.TotalBytes += f.size
 	}
+	m.Unsaved = e.unsavedFiles
+	slices.SortFunc(m.Unsaved, func(a, b stagecontract.UnsavedFile) int { return strings.Compare(a.Path, b.Path) })
 	if err := e.writeManifest(ctx, m); err != nil {
 		return Result{}, err
 	}
 	res := Result{TransferResult: storage.TransferResult{
 		Bytes: prog.Moved.Load(), Objects: prog.Objects.Load(), Skipped: prog.Skipped.Load(),
-		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey),
+		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey), Unsaved: int64(len(m.Unsaved)),
 	}, Manifest: m}
 	prog.Log(o.Log, "report final progress")
 	return res, nil
@@ -188,9 +191,10 @@ type engine struct {
 	prog        *storage.Progress
 	manifestKey string
 
-	mu          sync.Mutex
-	hasManifest bool // a manifest from an earlier run exists
-	wrote       bool // this run stored an object
+	mu           sync.Mutex
+	hasManifest  bool // a manifest from an earlier run exists
+	wrote        bool // this run stored an object
+	unsavedFiles []stagecontract.UnsavedFile
 }
 
 // beforeWrite removes an earlier run's manifest before this run changes any
@@ -210,98 +214,12 @@ func (e *engine) beforeWrite(ctx context.Context) error {
 	return nil
 }
 
-func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, sameSize bool) error {
-	fh, err := e.root.Open(f.rel)
-	if err != nil {
-		return unreadable("open "+strconv.Quote(f.rel), err)
-	}
-	defer fh.Close()
-	if sameSize {
-		skip, err := e.alreadyStored(ctx, fh, f)
-		if err != nil {
-			return err
-		}
-		if skip {
-			e.prog.Skipped.Add(1)
-			e.prog.FilesDone.Add(1)
-			e.prog.BytesDone.Add(f.size)
-			return nil
-		}
-	}
-	if err := e.beforeWrite(ctx); err != nil {
-		return err
-	}
-	if e.mp != nil {
-		if ps := e.mp.PartSize(f.size); ps > 0 {
-			return e.multipart(ctx, pool, fh, f, ps)
-		}
-	}
-	moved := e.prog.Attempt()
-	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		moved.Restart()
-		crc, err := e.be.Put(ctx, f.key, fh, f.size, moved.Add)
-		f.crc = crc
-		return err
-	})
-	if err != nil {
-		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
-	}
-	e.prog.Objects.Add(1)
-	e.prog.FilesDone.Add(1)
-	return nil
-}
-
-// alreadyStored reports whether the object at f.key has f's content: same
-// size (known from the listing) and the same checksum, compared with the
-// strongest one the store keeps. Without a stored checksum the object is
-// rewritten: an unverifiable object is not known to be complete.
-func (e *engine) alreadyStored(ctx context.Context, fh *os.File, f *file) (bool, error) {
-	var oi storage.ObjectInfo
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		var err error
-		oi, err = e.be.Stat(ctx, f.key)
-		return err
-	})
-	if errors.Is(err, storage.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, storage.WithOp("stat "+strconv.Quote(f.key), err)
-	}
-	if oi.Size != f.size {
-		return false, nil
-	}
-	if f.size == 0 {
-		return true, nil // nothing to compare; stores keep no checksum of empty objects
-	}
-	if !oi.HasCRC32C && oi.MD5 == nil {
-		return false, nil
-	}
-	h := md5.New()
-	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	var w io.Writer = crc
-	if !oi.HasCRC32C {
-		w = io.MultiWriter(crc, h)
-	}
-	n, err := storage.CopyBuffer(w, io.NewSectionReader(fh, 0, f.size))
-	if err != nil {
-		return false, unreadable("read "+strconv.Quote(f.rel), err)
-	}
-	if n != f.size {
-		return false, nil
-	}
-	f.crc = crc.Sum32()
-	if oi.HasCRC32C {
-		return oi.CRC32C == f.crc, nil
-	}
-	return bytes.Equal(oi.MD5, h.Sum(nil)), nil
-}
-
 func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) error {
 	if !e.wrote && e.hasManifest {
 		// Nothing changed this run: keep the earlier manifest if it lists
 		// exactly these files, and rewrite nothing.
-		if old, err := storage.ReadManifest(ctx, e.be, e.manifestKey, e.o.Retry); err == nil && storage.SameFiles(old.Files, m.Files) {
+		if old, err := storage.ReadManifest(ctx, e.be, e.manifestKey, e.o.Retry); err == nil &&
+			storage.SameFiles(old.Files, m.Files) && slices.Equal(old.Unsaved, m.Unsaved) {
 			*m = *old
 			return nil
 		}

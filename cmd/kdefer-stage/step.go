@@ -152,7 +152,8 @@ func (o *options) logger() (zerolog.Logger, time.Duration) {
 // finish logs the outcome, writes the summary and returns the exit code.
 func (o *options) finish(log zerolog.Logger, op string, start time.Time, r storage.TransferResult, err error) int {
 	s := stagecontract.StageSummary{Op: op, DurationSeconds: float64(time.Since(start).Milliseconds()) / 1000,
-		Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL}
+		Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL,
+		Unsaved: r.Unsaved}
 	code := stagecontract.ExitOK
 	if err != nil {
 		class := storage.ClassOf(err)
@@ -168,7 +169,7 @@ func (o *options) finish(log zerolog.Logger, op string, start time.Time, r stora
 		s.ManifestURL = ""
 		log.Error().Str("error", msg).Str("errorClass", s.ErrorClass).Int("exitCode", code).Msg("fail stage-" + op)
 	} else {
-		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).
+		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).Int64("unsaved", s.Unsaved).
 			Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Msg("complete stage-" + op)
 	}
 	o.writeSummary(log, s)
