@@ -26,7 +26,7 @@ func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, existing
 		if err != nil || !again {
 			return err
 		}
-		e.o.Log.Debug().Str("path", manifestPath(f.rel)).Int("read", read).Msg("read changed file again")
+		e.o.Log.Debug().Str("path", storage.ManifestPath(f.rel)).Int("read", read).Msg("read changed file again")
 	}
 }
 

@@ -50,6 +50,7 @@ type Result struct {
 
 type file struct {
 	rel, key string
+	encoded  bool // key is not rel (storage.EncodeName)
 	size     int64
 	mtime    time.Time
 	crc      uint32
@@ -82,10 +83,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	// Walk first: the listing below is then one request, and progress
 	// knows the total. What the walk cannot stage is unsaved, not fatal.
-	files, unsavedFiles, err := walk(root, loc.Prefix, filter, o.Log)
+	var files []file
+	var unsavedFiles []stagecontract.UnsavedFile
+	err = walk(root, loc.Prefix, filter, o.Log, func(f file) { files = append(files, f) }, func(rel, reason string) {
+		o.Log.Warn().Str("path", storage.ManifestPath(rel)).Str("reason", reason).Msg("skip unsaved file")
+		unsavedFiles = append(unsavedFiles, unsavedFile(rel, reason))
+	})
 	if err != nil {
 		return Result{}, err
 	}
+	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.rel, b.rel) })
 
 	be := o.Backend
 	if be == nil {
@@ -154,7 +161,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if !f.stored {
 			continue
 		}
-		m.Files = append(m.Files, stagecontract.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()})
+		mf := stagecontract.ManifestFile{Key: strings.TrimPrefix(f.key, loc.Prefix), Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
+		if f.encoded {
+			mf.Path = storage.ManifestPath(f.rel)
+		}
+		m.Files = append(m.Files, mf)
 		m.TotalBytes += f.size
 	}
 	m.Unsaved = e.unsavedFiles

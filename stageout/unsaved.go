@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -44,25 +42,15 @@ func reasonFor(err error) string {
 	}
 }
 
-// unsavedFile is the manifest entry for rel: its path quoted when it is not
-// valid UTF-8, which JSON could not carry.
+// unsavedFile is the manifest entry for rel.
 func unsavedFile(rel, reason string) stagecontract.UnsavedFile {
-	return stagecontract.UnsavedFile{Path: manifestPath(rel), Reason: reason}
-}
-
-// manifestPath is rel as the manifest records paths (see
-// stagecontract.UnsavedFile.Path).
-func manifestPath(rel string) string {
-	if utf8.ValidString(rel) {
-		return rel
-	}
-	return strconv.Quote(rel)
+	return stagecontract.UnsavedFile{Path: storage.ManifestPath(rel), Reason: reason}
 }
 
 // unsaved records that rel will not be stored, and why. The log line carries
 // the fix for a permission problem, which the manifest has no room for.
 func (e *engine) unsaved(rel, reason string) {
-	ev := e.o.Log.Warn().Str("path", manifestPath(rel)).Str("reason", reason)
+	ev := e.o.Log.Warn().Str("path", storage.ManifestPath(rel)).Str("reason", reason)
 	if strings.HasPrefix(reason, "permission denied") {
 		ev = ev.Str("fix", storage.UnreadableFix)
 	}
