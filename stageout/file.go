@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"os"
 	"strconv"
+	"syscall"
 
 	"github.com/kdefer/kdefer/storage"
 )
@@ -33,7 +35,7 @@ func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, existing
 // read opens f, stores what it holds and reports whether it changed while
 // read and should be read again (never on the last read).
 func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing map[string]int64, last bool) (bool, error) {
-	fh, err := e.root.Open(f.rel)
+	fh, err := e.open(f.rel)
 	if err != nil {
 		e.unsaved(f.rel, reasonFor(err))
 		return false, nil
@@ -78,6 +80,17 @@ func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing
 	e.stored(f, skipped)
 	e.unsaved(f.rel, fmt.Sprintf("%s (stored the first %d bytes)", ReasonChanged, f.size))
 	return false, nil
+}
+
+// open opens a file the walk chose, for reading only what it is now. The
+// os.Root resolves every path component itself (O_NOFOLLOW each step) and
+// refuses a symlink leading out of the directory, so a link swapped in after
+// the walk reads nothing outside. O_NONBLOCK makes the open of a FIFO swapped
+// in return at once instead of waiting for a writer forever (SIGTERM
+// included); the caller then refuses everything fstat does not call a
+// regular file. For a regular file O_NONBLOCK changes nothing.
+func (e *engine) open(rel string) (*os.File, error) {
+	return e.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 }
 
 // stored counts f as done.
