@@ -54,7 +54,7 @@ func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing
 	// what the walk saw.
 	e.prog.BytesTotal.Add(before.Size() - f.size)
 	f.size, f.mtime = before.Size(), before.ModTime()
-	src := &source{f: fh, size: f.size}
+	src := &source{ctx: ctx, f: fh, size: f.size}
 	size, exists := existing[f.key] // read-only once listed
 	skipped, err := e.store(ctx, pool, src, f, exists && size == f.size)
 	if lerr := src.failure(); lerr != nil {

@@ -3,6 +3,7 @@ package stageout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -19,7 +20,11 @@ import (
 // source remembers the first local failure, so that a failed Put can be told
 // apart from a failed store: a local failure costs one file (unsaved), a
 // store failure is the run's (retried, then exit 1).
+//
+// Every read checks ctx: a store whose write ignores cancellation (gocloud's
+// file:// writer copies to the end) stops at its next read instead.
 type source struct {
+	ctx  context.Context
 	f    *os.File
 	size int64
 
@@ -28,6 +33,9 @@ type source struct {
 }
 
 func (s *source) ReadAt(p []byte, off int64) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("stop reading: %w", err) // not the file's failure
+	}
 	n, err := s.f.ReadAt(p, off)
 	if err == nil || (errors.Is(err, io.EOF) && off+int64(n) >= s.size) {
 		return n, err
