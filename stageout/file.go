@@ -50,6 +50,10 @@ func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing
 		e.unsaved(f.rel, ReasonNotRegular)
 		return false, nil
 	}
+	if reason := sparseReason(fh, before); reason != "" {
+		e.unsaved(f.rel, reason)
+		return false, nil
+	}
 	// What the opened file holds now is what is stored and recorded, not
 	// what the walk saw.
 	e.prog.BytesTotal.Add(before.Size() - f.size)

@@ -3,6 +3,29 @@
 // computed in the pass that uploads it, objects already stored with the
 // same size and checksum skipped, and the manifest written last.
 //
+// The tree is untrusted (what a job's container left behind), so stage-out
+// is best effort, stated exactly: a file that cannot be staged costs only
+// itself. It is listed in the manifest's unsaved list with its reason and
+// counted in the result, and the run still succeeds once every other file
+// and the manifest are stored; only store errors fail the run. Unsaved are:
+//   - files that vanish after the walk, cannot be read (permission, I/O) or
+//     are not regular files when opened (a FIFO, device or socket, also one
+//     swapped in after the walk: files are opened non-blocking through the
+//     os.Root, which refuses links out of the directory, and checked on the
+//     opened descriptor);
+//   - files still changing after three reads (each read stores exactly the
+//     size fstat gave at open, so the size recorded is the size stored; a
+//     file that keeps changing is stored as last read and also listed);
+//   - sparse files with more than 1 GiB of holes (sparseReason: reading them
+//     would send every hole as zeros, and the manifest cannot record holes);
+//   - directories that cannot be listed, and names too long for a key.
+//
+// Names the store cannot hold (invalid UTF-8, control characters, a
+// backslash, kdefer's reserved directory) are stored under reversible
+// encoded keys with the original name in the manifest (storage.EncodeName).
+// Every read checks the context, so cancellation stops a copy even when the
+// store's write would not.
+//
 // It owns the upload side of the stage contract. It must not change the
 // source directory, must not delete any object but an outdated manifest of
 // its own prefix, and must not import stagein: what both engines share
