@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ func TestSwappedAfterWalk(t *testing.T) {
 	for _, f := range m.Files {
 		keys = append(keys, f.Key)
 	}
+	slices.Sort(keys)
 	if diff := cmp.Diff([]string{"ok.txt"}, keys); diff != "" {
 		t.Errorf("stored (-want +got):\n%s", diff)
 	}

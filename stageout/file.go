@@ -97,18 +97,6 @@ func (e *engine) open(rel string) (*os.File, error) {
 	return e.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 }
 
-// stored counts f as done.
-func (e *engine) stored(f *file, skipped bool) {
-	f.stored = true
-	if skipped {
-		e.prog.Skipped.Add(1)
-		e.prog.BytesDone.Add(f.size)
-	} else {
-		e.prog.Objects.Add(1)
-	}
-	e.prog.FilesDone.Add(1)
-}
-
 // store uploads src under f.key, unless the object there has its content
 // already; it reports whether it skipped.
 func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *file, sameSize bool) (bool, error) {

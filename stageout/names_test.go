@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kdefer/kdefer/stageout"
 	"github.com/kdefer/kdefer/stageout/stagetest"
@@ -47,7 +48,7 @@ func TestHostileNames(t *testing.T) {
 		{"_kdefer/names/new%0Aline.txt", "new\nline.txt", "newline"},
 		{"ok.txt", "", "plain"},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(a, b entry) bool { return a.Key < b.Key })); diff != "" {
 		t.Errorf("manifest files (-want +got):\n%s", diff)
 	}
 	for _, f := range m.Files {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -50,6 +51,7 @@ func TestSparseFiles(t *testing.T) {
 	for _, f := range m.Files {
 		keys = append(keys, f.Key)
 	}
+	slices.Sort(keys)
 	if diff := cmp.Diff([]string{"dense.bin", "small.img"}, keys); diff != "" {
 		t.Errorf("stored (-want +got):\n%s", diff)
 	}

@@ -33,7 +33,6 @@
 package stageout
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -67,7 +66,9 @@ type Options struct {
 // Result is what a stage-out did.
 type Result struct {
 	storage.TransferResult
-	// Manifest is the manifest the prefix holds after the run.
+	// Manifest is the manifest the prefix holds after the run, without its
+	// Files when this run wrote it: they are streamed from disk to the store,
+	// never all held in memory.
 	Manifest *stagecontract.Manifest
 }
 
@@ -77,7 +78,6 @@ type file struct {
 	size     int64
 	mtime    time.Time
 	crc      uint32
-	stored   bool // stored (or found stored); else listed as unsaved
 }
 
 // Run performs the stage-out.
@@ -105,46 +105,54 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer root.Close()
 
 	// Walk first: the listing below is then one request, and progress
-	// knows the total. What the walk cannot stage is unsaved, not fatal.
-	var files []file
-	var unsavedFiles []stagecontract.UnsavedFile
-	err = walk(root, loc.Prefix, filter, o.Log, func(f file) { files = append(files, f) }, func(rel, reason string) {
-		o.Log.Warn().Str("path", storage.ManifestPath(rel)).Str("reason", reason).Msg("skip unsaved file")
-		unsavedFiles = append(unsavedFiles, unsavedFile(rel, reason))
-	})
+	// knows the total. The files chosen go to a temporary file, not memory;
+	// what the walk cannot stage is unsaved, not fatal.
+	e := &engine{o: o, root: root, prog: storage.NewProgress(o.Clock), prefix: loc.Prefix, manifestKey: loc.Prefix + stagecontract.ManifestKey}
+	warn := func(err error) {
+		o.Log.Warn().Str("error", err.Error()).Msg("keep the file list in memory: no temporary file")
+	}
+	files := newSpill(warn)
+	defer files.close()
+	e.results = newSpill(func(error) {})
+	defer e.results.close()
+	var spillErr error
+	err = walk(root, loc.Prefix, filter, o.Log, func(f file) {
+		e.prog.FilesTotal.Add(1)
+		e.prog.BytesTotal.Add(f.size)
+		if err := files.add(fileRecord(f)); err != nil && spillErr == nil {
+			spillErr = err
+		}
+	}, e.unsaved)
+	if err == nil {
+		err = spillErr
+	}
 	if err != nil {
 		return Result{}, err
 	}
-	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.rel, b.rel) })
 
-	be := o.Backend
-	if be == nil {
-		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true, IdleTimeout: o.IdleTimeout})
+	e.be = o.Backend
+	if e.be == nil {
+		e.be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true, IdleTimeout: o.IdleTimeout})
 		if err != nil {
 			return Result{}, err
 		}
-		defer be.Close()
+		defer e.be.Close()
 	}
-
-	prog := storage.NewProgress(o.Clock)
-	for _, f := range files {
-		prog.FilesTotal.Add(1)
-		prog.BytesTotal.Add(f.size)
+	if mp, ok := e.be.(storage.Multipart); ok {
+		e.mp = mp
 	}
-	o.Log.Info().Str("from", o.From).Str("to", loc.String()).Int64("files", prog.FilesTotal.Load()).
-		Int64("bytes", prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-out")
+	o.Log.Info().Str("from", o.From).Str("to", loc.String()).Int64("files", e.prog.FilesTotal.Load()).
+		Int64("bytes", e.prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-out")
 
 	// One listing tells which objects exist already (and their sizes):
 	// a HEAD per file would double the requests of a first run.
-	manifestKey := loc.Prefix + stagecontract.ManifestKey
 	existing := map[string]int64{}
-	hasManifest := false
 	err = o.Retry.Do(ctx, func(ctx context.Context) error {
 		clear(existing)
-		hasManifest = false
-		return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
-			if oi.Key == manifestKey {
-				hasManifest = true
+		e.hasManifest = false
+		return e.be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
+			if oi.Key == e.manifestKey {
+				e.hasManifest = true
 			}
 			existing[oi.Key] = oi.Size
 			return nil
@@ -156,17 +164,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	pctx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
-	go prog.Run(pctx, o.Log, o.ProgressInterval)
+	go e.prog.Run(pctx, o.Log, o.ProgressInterval)
 
-	e := &engine{o: o, be: be, root: root, prog: prog, manifestKey: manifestKey, hasManifest: hasManifest, unsavedFiles: unsavedFiles}
-	if mp, ok := be.(storage.Multipart); ok {
-		e.mp = mp
-	}
-	pool := storage.NewPool(ctx, o.Concurrency)
-	err = pool.Each(len(files), func(ctx context.Context, i int) error {
-		return e.file(ctx, pool, &files[i], existing)
-	})
-	if err != nil {
+	if err := e.each(ctx, files, loc.Prefix, existing); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -176,32 +176,46 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Every object is stored: now, and only now, the manifest.
 	m := &stagecontract.Manifest{
 		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
-		Identity: identity(o.Env), Start: start.UTC(), Files: make([]stagecontract.ManifestFile, 0, len(files)),
+		Identity: identity(o.Env), Start: start.UTC(), TotalBytes: e.totalBytes, Unsaved: e.unsavedFiles,
 	}
 	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
 	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
-	for _, f := range files {
-		if !f.stored {
-			continue
-		}
-		mf := stagecontract.ManifestFile{Key: strings.TrimPrefix(f.key, loc.Prefix), Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
-		if f.encoded {
-			mf.Path = storage.ManifestPath(f.rel)
-		}
-		m.Files = append(m.Files, mf)
-		m.TotalBytes += f.size
-	}
-	m.Unsaved = e.unsavedFiles
 	slices.SortFunc(m.Unsaved, func(a, b stagecontract.UnsavedFile) int { return strings.Compare(a.Path, b.Path) })
 	if err := e.writeManifest(ctx, m); err != nil {
 		return Result{}, err
 	}
 	res := Result{TransferResult: storage.TransferResult{
-		Bytes: prog.Moved.Load(), Objects: prog.Objects.Load(), Skipped: prog.Skipped.Load(),
-		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey), Unsaved: int64(len(m.Unsaved)),
+		Bytes: e.prog.Moved.Load(), Objects: e.prog.Objects.Load(), Skipped: e.prog.Skipped.Load(),
+		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(e.manifestKey), Unsaved: int64(len(m.Unsaved)),
 	}, Manifest: m}
-	prog.Log(o.Log, "report final progress")
+	e.prog.Log(o.Log, "report final progress")
 	return res, nil
+}
+
+// each stores the spilled files on the pool's workers, reading them back
+// one at a time: a worker takes a file before the next is read, so memory
+// holds as many files as there are workers.
+func (e *engine) each(ctx context.Context, files *spill, prefix string, existing map[string]int64) error {
+	pool := storage.NewPool(ctx, e.o.Concurrency)
+	errStop := errors.New("stop")
+	err := files.each(func(rec []byte) error {
+		f, err := parseFileRecord(rec)
+		if err == nil {
+			f.key, f.encoded, err = storage.KeyFor(prefix, f.rel) // as the walk did
+		}
+		if err != nil {
+			pool.Fail(err)
+			return errStop
+		}
+		if !pool.Submit(func(ctx context.Context) { pool.Fail(e.file(ctx, pool, &f, existing)) }) {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		pool.Fail(err)
+	}
+	return pool.Wait()
 }
 
 func identity(env func(string) (string, bool)) map[string]string {
@@ -223,49 +237,14 @@ type engine struct {
 	mp          storage.Multipart
 	root        *os.Root
 	prog        *storage.Progress
+	prefix      string
 	manifestKey string
 
 	mu           sync.Mutex
-	hasManifest  bool // a manifest from an earlier run exists
-	wrote        bool // this run stored an object
+	hasManifest  bool   // a manifest from an earlier run exists
+	wrote        bool   // this run stored an object
+	results      *spill // manifest entries (JSON) of the files stored
+	totalBytes   int64  // of the files stored
+	resultsErr   error
 	unsavedFiles []stagecontract.UnsavedFile
-}
-
-// beforeWrite removes an earlier run's manifest before this run changes any
-// object it lists: a manifest must only ever describe objects as they are.
-func (e *engine) beforeWrite(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.wrote = true
-	if !e.hasManifest {
-		return nil
-	}
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.manifestKey) })
-	if err != nil {
-		return storage.WithOp("remove outdated manifest", err)
-	}
-	e.hasManifest = false
-	return nil
-}
-
-func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) error {
-	if !e.wrote && e.hasManifest {
-		// Nothing changed this run: keep the earlier manifest if it lists
-		// exactly these files, and rewrite nothing.
-		if old, err := storage.ReadManifest(ctx, e.be, e.manifestKey, e.o.Retry); err == nil &&
-			storage.SameFiles(old.Files, m.Files) && slices.Equal(old.Unsaved, m.Unsaved) {
-			*m = *old
-			return nil
-		}
-	}
-	m.End = e.o.Clock.Now().UTC()
-	data, err := m.Marshal()
-	if err != nil {
-		return fmt.Errorf("encode manifest: %w", err)
-	}
-	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		_, err := e.be.Put(ctx, e.manifestKey, bytes.NewReader(data), int64(len(data)), nil)
-		return err
-	})
-	return storage.WithOp("write manifest", err)
 }
