@@ -95,7 +95,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.ManifestURL = loc.KeyURL(mkey)
 		for _, f := range m.Files {
 			crc, _ := storage.ParseChecksum(f.Checksum) // validated by ParseManifest
-			entries = append(entries, entry{key: loc.Prefix + f.Key, rel: f.Key, size: f.Size, crc: crc, hasCRC: true})
+			// A name the store could not hold is restored as it was
+			// (ParseManifest checked that it stays inside the tree).
+			entries = append(entries, entry{key: loc.Prefix + f.Key, rel: storage.NameOf(f), size: f.Size, crc: crc, hasCRC: true})
 		}
 	} else {
 		err = o.Retry.Do(ctx, func(ctx context.Context) error {

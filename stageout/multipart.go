@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"strconv"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 
 // multipart uploads a large file in parallel parts, each part's CRC32C
 // computed as it is sent and combined into the object's.
-func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File, f *file, partSize int64) error {
+func (e *engine) multipart(ctx context.Context, pool *storage.Pool, src *source, f *file, partSize int64) error {
 	var up storage.Upload
 	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
 		var err error
@@ -32,11 +31,11 @@ func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File,
 		size := min(partSize, f.size-off)
 		fns[i] = func(ctx context.Context) {
 			moved := e.prog.Attempt()
-			errs[i] = e.o.Retry.Do(ctx, func(ctx context.Context) error {
+			errs[i] = e.retry(ctx, src, func(ctx context.Context) error {
 				moved.Restart()
-				src := &countReader{r: io.NewSectionReader(fh, off, size), on: moved.Add}
+				r := &countReader{r: io.NewSectionReader(src, off, size), on: moved.Add}
 				var err error
-				parts[i], err = up.PutPart(ctx, i+1, src, size)
+				parts[i], err = up.PutPart(ctx, i+1, r, size)
 				return err
 			})
 		}
@@ -62,8 +61,6 @@ func (e *engine) multipart(ctx context.Context, pool *storage.Pool, fh *os.File,
 		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
 	}
 	f.crc = crc
-	e.prog.Objects.Add(1)
-	e.prog.FilesDone.Add(1)
 	return nil
 }
 

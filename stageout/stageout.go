@@ -3,6 +3,29 @@
 // computed in the pass that uploads it, objects already stored with the
 // same size and checksum skipped, and the manifest written last.
 //
+// The tree is untrusted (what a job's container left behind), so stage-out
+// is best effort, stated exactly: a file that cannot be staged costs only
+// itself. It is listed in the manifest's unsaved list with its reason and
+// counted in the result, and the run still succeeds once every other file
+// and the manifest are stored; only store errors fail the run. Unsaved are:
+//   - files that vanish after the walk, cannot be read (permission, I/O) or
+//     are not regular files when opened (a FIFO, device or socket, also one
+//     swapped in after the walk: files are opened non-blocking through the
+//     os.Root, which refuses links out of the directory, and checked on the
+//     opened descriptor);
+//   - files still changing after three reads (each read stores exactly the
+//     size fstat gave at open, so the size recorded is the size stored; a
+//     file that keeps changing is stored as last read and also listed);
+//   - sparse files with more than 1 GiB of holes (sparseReason: reading them
+//     would send every hole as zeros, and the manifest cannot record holes);
+//   - directories that cannot be listed, and names too long for a key.
+//
+// Names the store cannot hold (invalid UTF-8, control characters, a
+// backslash, kdefer's reserved directory) are stored under reversible
+// encoded keys with the original name in the manifest (storage.EncodeName).
+// Every read checks the context, so cancellation stops a copy even when the
+// store's write would not.
+//
 // It owns the upload side of the stage contract. It must not change the
 // source directory, must not delete any object but an outdated manifest of
 // its own prefix, and must not import stagein: what both engines share
@@ -10,16 +33,14 @@
 package stageout
 
 import (
-	"bytes"
 	"context"
-	"crypto/md5"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,12 +66,15 @@ type Options struct {
 // Result is what a stage-out did.
 type Result struct {
 	storage.TransferResult
-	// Manifest is the manifest the prefix holds after the run.
+	// Manifest is the manifest the prefix holds after the run, without its
+	// Files when this run wrote it: they are streamed from disk to the store,
+	// never all held in memory.
 	Manifest *stagecontract.Manifest
 }
 
 type file struct {
 	rel, key string
+	encoded  bool // key is not rel (storage.EncodeName)
 	size     int64
 	mtime    time.Time
 	crc      uint32
@@ -80,41 +104,55 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	defer root.Close()
 
-	// Walk and check every name before any byte moves, so a hostile or
-	// unrepresentable file name fails the run before it has done anything.
-	files, err := walk(root, loc.Prefix, filter, o.Log)
+	// Walk first: the listing below is then one request, and progress
+	// knows the total. The files chosen go to a temporary file, not memory;
+	// what the walk cannot stage is unsaved, not fatal.
+	e := &engine{o: o, root: root, prog: storage.NewProgress(o.Clock), prefix: loc.Prefix, manifestKey: loc.Prefix + stagecontract.ManifestKey}
+	warn := func(err error) {
+		o.Log.Warn().Str("error", err.Error()).Msg("keep the file list in memory: no temporary file")
+	}
+	files := newSpill(warn)
+	defer files.close()
+	e.results = newSpill(func(error) {})
+	defer e.results.close()
+	var spillErr error
+	err = walk(root, loc.Prefix, filter, o.Log, func(f file) {
+		e.prog.FilesTotal.Add(1)
+		e.prog.BytesTotal.Add(f.size)
+		if err := files.add(fileRecord(f)); err != nil && spillErr == nil {
+			spillErr = err
+		}
+	}, e.unsaved)
+	if err == nil {
+		err = spillErr
+	}
 	if err != nil {
 		return Result{}, err
 	}
 
-	be := o.Backend
-	if be == nil {
-		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true, IdleTimeout: o.IdleTimeout})
+	e.be = o.Backend
+	if e.be == nil {
+		e.be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true, IdleTimeout: o.IdleTimeout})
 		if err != nil {
 			return Result{}, err
 		}
-		defer be.Close()
+		defer e.be.Close()
 	}
-
-	prog := storage.NewProgress(o.Clock)
-	for _, f := range files {
-		prog.FilesTotal.Add(1)
-		prog.BytesTotal.Add(f.size)
+	if mp, ok := e.be.(storage.Multipart); ok {
+		e.mp = mp
 	}
-	o.Log.Info().Str("from", o.From).Str("to", loc.String()).Int64("files", prog.FilesTotal.Load()).
-		Int64("bytes", prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-out")
+	o.Log.Info().Str("from", o.From).Str("to", loc.String()).Int64("files", e.prog.FilesTotal.Load()).
+		Int64("bytes", e.prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-out")
 
 	// One listing tells which objects exist already (and their sizes):
 	// a HEAD per file would double the requests of a first run.
-	manifestKey := loc.Prefix + stagecontract.ManifestKey
 	existing := map[string]int64{}
-	hasManifest := false
 	err = o.Retry.Do(ctx, func(ctx context.Context) error {
 		clear(existing)
-		hasManifest = false
-		return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
-			if oi.Key == manifestKey {
-				hasManifest = true
+		e.hasManifest = false
+		return e.be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
+			if oi.Key == e.manifestKey {
+				e.hasManifest = true
 			}
 			existing[oi.Key] = oi.Size
 			return nil
@@ -126,19 +164,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	pctx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
-	go prog.Run(pctx, o.Log, o.ProgressInterval)
+	go e.prog.Run(pctx, o.Log, o.ProgressInterval)
 
-	e := &engine{o: o, be: be, root: root, prog: prog, manifestKey: manifestKey, hasManifest: hasManifest}
-	if mp, ok := be.(storage.Multipart); ok {
-		e.mp = mp
-	}
-	pool := storage.NewPool(ctx, o.Concurrency)
-	err = pool.Each(len(files), func(ctx context.Context, i int) error {
-		f := &files[i]
-		size, exists := existing[f.key] // read-only once listed
-		return e.file(ctx, pool, f, exists && size == f.size)
-	})
-	if err != nil {
+	if err := e.each(ctx, files, loc.Prefix, existing); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -148,23 +176,46 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Every object is stored: now, and only now, the manifest.
 	m := &stagecontract.Manifest{
 		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
-		Identity: identity(o.Env), Start: start.UTC(), Files: make([]stagecontract.ManifestFile, len(files)),
+		Identity: identity(o.Env), Start: start.UTC(), TotalBytes: e.totalBytes, Unsaved: e.unsavedFiles,
 	}
 	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
 	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
-	for i, f := range files {
-		m.Files[i] = stagecontract.ManifestFile{Key: f.rel, Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
-		m.TotalBytes += f.size
-	}
+	slices.SortFunc(m.Unsaved, func(a, b stagecontract.UnsavedFile) int { return strings.Compare(a.Path, b.Path) })
 	if err := e.writeManifest(ctx, m); err != nil {
 		return Result{}, err
 	}
 	res := Result{TransferResult: storage.TransferResult{
-		Bytes: prog.Moved.Load(), Objects: prog.Objects.Load(), Skipped: prog.Skipped.Load(),
-		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(manifestKey),
+		Bytes: e.prog.Moved.Load(), Objects: e.prog.Objects.Load(), Skipped: e.prog.Skipped.Load(),
+		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(e.manifestKey), Unsaved: int64(len(m.Unsaved)),
 	}, Manifest: m}
-	prog.Log(o.Log, "report final progress")
+	e.prog.Log(o.Log, "report final progress")
 	return res, nil
+}
+
+// each stores the spilled files on the pool's workers, reading them back
+// one at a time: a worker takes a file before the next is read, so memory
+// holds as many files as there are workers.
+func (e *engine) each(ctx context.Context, files *spill, prefix string, existing map[string]int64) error {
+	pool := storage.NewPool(ctx, e.o.Concurrency)
+	errStop := errors.New("stop")
+	err := files.each(func(rec []byte) error {
+		f, err := parseFileRecord(rec)
+		if err == nil {
+			f.key, f.encoded, err = storage.KeyFor(prefix, f.rel) // as the walk did
+		}
+		if err != nil {
+			pool.Fail(err)
+			return errStop
+		}
+		if !pool.Submit(func(ctx context.Context) { pool.Fail(e.file(ctx, pool, &f, existing)) }) {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		pool.Fail(err)
+	}
+	return pool.Wait()
 }
 
 func identity(env func(string) (string, bool)) map[string]string {
@@ -186,134 +237,14 @@ type engine struct {
 	mp          storage.Multipart
 	root        *os.Root
 	prog        *storage.Progress
+	prefix      string
 	manifestKey string
 
-	mu          sync.Mutex
-	hasManifest bool // a manifest from an earlier run exists
-	wrote       bool // this run stored an object
-}
-
-// beforeWrite removes an earlier run's manifest before this run changes any
-// object it lists: a manifest must only ever describe objects as they are.
-func (e *engine) beforeWrite(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.wrote = true
-	if !e.hasManifest {
-		return nil
-	}
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.manifestKey) })
-	if err != nil {
-		return storage.WithOp("remove outdated manifest", err)
-	}
-	e.hasManifest = false
-	return nil
-}
-
-func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, sameSize bool) error {
-	fh, err := e.root.Open(f.rel)
-	if err != nil {
-		return unreadable("open "+strconv.Quote(f.rel), err)
-	}
-	defer fh.Close()
-	if sameSize {
-		skip, err := e.alreadyStored(ctx, fh, f)
-		if err != nil {
-			return err
-		}
-		if skip {
-			e.prog.Skipped.Add(1)
-			e.prog.FilesDone.Add(1)
-			e.prog.BytesDone.Add(f.size)
-			return nil
-		}
-	}
-	if err := e.beforeWrite(ctx); err != nil {
-		return err
-	}
-	if e.mp != nil {
-		if ps := e.mp.PartSize(f.size); ps > 0 {
-			return e.multipart(ctx, pool, fh, f, ps)
-		}
-	}
-	moved := e.prog.Attempt()
-	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		moved.Restart()
-		crc, err := e.be.Put(ctx, f.key, fh, f.size, moved.Add)
-		f.crc = crc
-		return err
-	})
-	if err != nil {
-		return storage.WithOp("upload "+strconv.Quote(f.rel), err)
-	}
-	e.prog.Objects.Add(1)
-	e.prog.FilesDone.Add(1)
-	return nil
-}
-
-// alreadyStored reports whether the object at f.key has f's content: same
-// size (known from the listing) and the same checksum, compared with the
-// strongest one the store keeps. Without a stored checksum the object is
-// rewritten: an unverifiable object is not known to be complete.
-func (e *engine) alreadyStored(ctx context.Context, fh *os.File, f *file) (bool, error) {
-	var oi storage.ObjectInfo
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		var err error
-		oi, err = e.be.Stat(ctx, f.key)
-		return err
-	})
-	if errors.Is(err, storage.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, storage.WithOp("stat "+strconv.Quote(f.key), err)
-	}
-	if oi.Size != f.size {
-		return false, nil
-	}
-	if f.size == 0 {
-		return true, nil // nothing to compare; stores keep no checksum of empty objects
-	}
-	if !oi.HasCRC32C && oi.MD5 == nil {
-		return false, nil
-	}
-	h := md5.New()
-	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	var w io.Writer = crc
-	if !oi.HasCRC32C {
-		w = io.MultiWriter(crc, h)
-	}
-	n, err := storage.CopyBuffer(w, io.NewSectionReader(fh, 0, f.size))
-	if err != nil {
-		return false, unreadable("read "+strconv.Quote(f.rel), err)
-	}
-	if n != f.size {
-		return false, nil
-	}
-	f.crc = crc.Sum32()
-	if oi.HasCRC32C {
-		return oi.CRC32C == f.crc, nil
-	}
-	return bytes.Equal(oi.MD5, h.Sum(nil)), nil
-}
-
-func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) error {
-	if !e.wrote && e.hasManifest {
-		// Nothing changed this run: keep the earlier manifest if it lists
-		// exactly these files, and rewrite nothing.
-		if old, err := storage.ReadManifest(ctx, e.be, e.manifestKey, e.o.Retry); err == nil && storage.SameFiles(old.Files, m.Files) {
-			*m = *old
-			return nil
-		}
-	}
-	m.End = e.o.Clock.Now().UTC()
-	data, err := m.Marshal()
-	if err != nil {
-		return fmt.Errorf("encode manifest: %w", err)
-	}
-	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		_, err := e.be.Put(ctx, e.manifestKey, bytes.NewReader(data), int64(len(data)), nil)
-		return err
-	})
-	return storage.WithOp("write manifest", err)
+	mu           sync.Mutex
+	hasManifest  bool   // a manifest from an earlier run exists
+	wrote        bool   // this run stored an object
+	results      *spill // manifest entries (JSON) of the files stored
+	totalBytes   int64  // of the files stored
+	resultsErr   error
+	unsavedFiles []stagecontract.UnsavedFile
 }

@@ -13,20 +13,20 @@ const MaxKeyLen = 1024
 
 // CheckRel validates a slash-separated relative name, used both for the local
 // paths stage-out turns into keys and for the keys stage-in turns into local
-// paths. It refuses everything that is not a plain downward path: empty,
-// absolute, "." or ".." segments, empty segments, backslashes (a path
-// separator elsewhere), control characters (they break S3's XML listings and
+// paths. It refuses everything that is not a plain downward path (CheckName)
+// and what is not a good object key: backslashes (a path separator
+// elsewhere), control characters (they break S3's XML listings and
 // terminals), invalid UTF-8 (not a valid object key), and the reserved
 // _kdefer/ directory. Refusing is permanent: the fix is to rename the file
-// (stage-out) or the object (stage-in).
+// (stage-out) or the object (stage-in); stage-out stores a name that passes
+// CheckName but not CheckRel under an encoded key (EncodeName).
 func CheckRel(rel string) error {
+	if err := CheckName(rel); err != nil {
+		return err
+	}
 	switch {
-	case rel == "":
-		return fmt.Errorf("empty name")
 	case !utf8.ValidString(rel):
 		return fmt.Errorf("name %q is not valid UTF-8", rel)
-	case strings.HasPrefix(rel, "/"):
-		return fmt.Errorf("name %q is absolute", rel)
 	case strings.ContainsRune(rel, '\\'):
 		return fmt.Errorf("name %q contains a backslash", rel)
 	case strings.HasPrefix(rel, stagecontract.ReservedDir) || rel == strings.TrimSuffix(stagecontract.ReservedDir, "/"):
@@ -36,6 +36,23 @@ func CheckRel(rel string) error {
 		if r < 0x20 || r == 0x7f {
 			return fmt.Errorf("name %q contains a control character", rel)
 		}
+	}
+	return nil
+}
+
+// CheckName validates a slash-separated relative name as a local path
+// under a directory, whatever bytes it holds: not empty, not absolute, no
+// empty, "." or ".." segment, no NUL (no file name holds one), no segment
+// longer than 255 bytes (NAME_MAX). It is the tree check both engines share
+// for names that never become keys as they are.
+func CheckName(rel string) error {
+	switch {
+	case rel == "":
+		return fmt.Errorf("empty name")
+	case strings.HasPrefix(rel, "/"):
+		return fmt.Errorf("name %q is absolute", rel)
+	case strings.IndexByte(rel, 0) >= 0:
+		return fmt.Errorf("name %q contains a NUL byte", rel)
 	}
 	for seg := range strings.SplitSeq(rel, "/") {
 		switch seg {
@@ -51,16 +68,19 @@ func CheckRel(rel string) error {
 	return nil
 }
 
-// KeyFor joins a prefix (empty or ending in "/") and a checked relative name.
-func KeyFor(prefix, rel string) (string, error) {
-	if err := CheckRel(rel); err != nil {
-		return "", Permanentf("rename the file or exclude it with --exclude", "refuse file: %w", err)
+// KeyFor returns the key a file's relative name is stored under: prefix
+// (empty or ending in "/") and the name, encoded when the store cannot hold
+// it as it is (EncodeName), which is then reported.
+func KeyFor(prefix, rel string) (key string, encoded bool, err error) {
+	k, encoded, err := EncodeName(rel)
+	if err != nil {
+		return "", false, Permanentf("rename the file or exclude it with --exclude", "refuse file: %w", err)
 	}
-	key := prefix + rel
+	key = prefix + k
 	if len(key) > MaxKeyLen {
-		return "", Permanentf("shorten the prefix or the path", "refuse file %q: key is %d bytes, the limit is %d", rel, len(key), MaxKeyLen)
+		return "", false, Permanentf("shorten the prefix or the path", "refuse file %q: key is %d bytes, the limit is %d", rel, len(key), MaxKeyLen)
 	}
-	return key, nil
+	return key, encoded, nil
 }
 
 // RelFor returns the local relative path for an object key under prefix, or

@@ -36,7 +36,7 @@ func ParseManifest(data []byte) (*stagecontract.Manifest, error) {
 	seen := make(map[string]struct{}, len(m.Files))
 	var total int64
 	for i, f := range m.Files {
-		if err := CheckRel(f.Key); err != nil {
+		if err := checkManifestKey(f); err != nil {
 			return nil, fmt.Errorf("manifest file %d: %w", i, err)
 		}
 		if _, dup := seen[f.Key]; dup {
@@ -58,6 +58,33 @@ func ParseManifest(data []byte) (*stagecontract.Manifest, error) {
 		return nil, fmt.Errorf("manifest totalBytes %d is not the sum of file sizes %d", m.TotalBytes, total)
 	}
 	return &m, nil
+}
+
+// checkManifestKey checks a file's key, and for a name the store could not
+// hold, that the key is the encoding of a name that stays inside the tree
+// (DecodeName, CheckName) and that Path records that name.
+func checkManifestKey(f stagecontract.ManifestFile) error {
+	if f.Path == "" {
+		return CheckRel(f.Key)
+	}
+	name, err := DecodeName(f.Key)
+	if err != nil {
+		return err
+	}
+	if f.Path != ManifestPath(name) {
+		return fmt.Errorf("path %q is not the name key %q encodes", f.Path, f.Key)
+	}
+	return nil
+}
+
+// NameOf returns the local relative path of a file of a manifest that
+// ParseManifest accepted: its key, or the name its encoded key holds.
+func NameOf(f stagecontract.ManifestFile) string {
+	if f.Path == "" {
+		return f.Key
+	}
+	name, _ := DecodeName(f.Key) // checked by ParseManifest
+	return name
 }
 
 // SameFiles reports whether a and b list the same keys, sizes and checksums.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -155,5 +156,23 @@ func TestVersionOf(t *testing.T) {
 				t.Errorf("versionOf (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A file stage-out cannot store (here a FIFO) is counted in the summary and
+// the run still exits 0: every good byte is saved, the controller reads
+// Unsaved to mark the run incomplete.
+func TestCLIUnsaved(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "good.txt"), []byte("good"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(src, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, s, stderr := runCLI(t, "out", "--from", src, "--to", "file://"+dst)
+	want := stagecontract.StageSummary{Op: "out", Bytes: 4, Objects: 1, TotalBytes: 4, Unsaved: 1, ManifestURL: "file://" + dst + "/_kdefer/manifest.json"}
+	if diff := cmp.Diff(want, s, cmpopts.IgnoreFields(stagecontract.StageSummary{}, "DurationSeconds")); code != 0 || diff != "" {
+		t.Fatalf("out: exit %d, summary (-want +got):\n%s\nstderr:\n%s", code, diff, stderr)
 	}
 }

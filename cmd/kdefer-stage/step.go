@@ -110,11 +110,45 @@ func (o *options) command(ctx context.Context, s step) *cobra.Command {
 			return nil
 		}
 		*s.url = url
-		res, err := s.run(ctx)
+		res, err := runUntilStopped(ctx, stopGrace, s.run)
 		o.code = o.finish(log, s.op, start, res, err)
 		return nil
 	}
 	return s.cmd
+}
+
+// stopGrace bounds how long a transfer may take to stop once SIGTERM
+// arrived. The engines honour cancellation in every copy; this is the
+// backstop for a store call that does not, so the summary is written and the
+// step exits within 2 s whatever a backend does.
+const stopGrace = 1500 * time.Millisecond
+
+// runUntilStopped runs the transfer and returns its outcome, or, when ctx
+// ends and the transfer has not returned grace later, a cancellation error
+// (the abandoned transfer ends with the process).
+func runUntilStopped(ctx context.Context, grace time.Duration, run func(context.Context) (storage.TransferResult, error)) (storage.TransferResult, error) {
+	type outcome struct {
+		res storage.TransferResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := run(ctx)
+		done <- outcome{res, err}
+	}()
+	select {
+	case out := <-done:
+		return out.res, out.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case out := <-done:
+		return out.res, out.err
+	case <-t.C:
+		return storage.TransferResult{}, fmt.Errorf("stop: the transfer did not stop within %s: %w", grace, context.Cause(ctx))
+	}
 }
 
 func (o *options) retry(log zerolog.Logger) storage.RetryPolicy {
@@ -152,7 +186,8 @@ func (o *options) logger() (zerolog.Logger, time.Duration) {
 // finish logs the outcome, writes the summary and returns the exit code.
 func (o *options) finish(log zerolog.Logger, op string, start time.Time, r storage.TransferResult, err error) int {
 	s := stagecontract.StageSummary{Op: op, DurationSeconds: float64(time.Since(start).Milliseconds()) / 1000,
-		Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL}
+		Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL,
+		Unsaved: r.Unsaved}
 	code := stagecontract.ExitOK
 	if err != nil {
 		class := storage.ClassOf(err)
@@ -168,7 +203,7 @@ func (o *options) finish(log zerolog.Logger, op string, start time.Time, r stora
 		s.ManifestURL = ""
 		log.Error().Str("error", msg).Str("errorClass", s.ErrorClass).Int("exitCode", code).Msg("fail stage-" + op)
 	} else {
-		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).
+		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).Int64("unsaved", s.Unsaved).
 			Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Msg("complete stage-" + op)
 	}
 	o.writeSummary(log, s)

@@ -1,0 +1,167 @@
+package stageout
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+
+	"github.com/kdefer/kdefer/storage"
+)
+
+// maxReads bounds how often a file that changes while it is read is read
+// again: a log still being written would otherwise be uploaded forever.
+const maxReads = 3
+
+// file stores one file, or records why it cannot. Only store errors are
+// returned (they fail the run, which is retried); whatever is wrong with the
+// file itself costs that file alone.
+func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, existing map[string]int64) error {
+	for read := 1; ; read++ {
+		again, err := e.read(ctx, pool, f, existing, read == maxReads)
+		if err != nil || !again {
+			return err
+		}
+		e.o.Log.Debug().Str("path", storage.ManifestPath(f.rel)).Int("read", read).Msg("read changed file again")
+	}
+}
+
+// read opens f, stores what it holds and reports whether it changed while
+// read and should be read again (never on the last read).
+func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing map[string]int64, last bool) (bool, error) {
+	fh, err := e.open(f.rel)
+	if err != nil {
+		e.unsaved(f.rel, reasonFor(err))
+		return false, nil
+	}
+	defer fh.Close()
+	before, err := fh.Stat()
+	if err != nil {
+		e.unsaved(f.rel, reasonFor(err))
+		return false, nil
+	}
+	if !before.Mode().IsRegular() {
+		e.unsaved(f.rel, ReasonNotRegular)
+		return false, nil
+	}
+	if reason := sparseReason(fh, before); reason != "" {
+		e.unsaved(f.rel, reason)
+		return false, nil
+	}
+	// What the opened file holds now is what is stored and recorded, not
+	// what the walk saw.
+	e.prog.BytesTotal.Add(before.Size() - f.size)
+	f.size, f.mtime = before.Size(), before.ModTime()
+	src := &source{ctx: ctx, f: fh, size: f.size}
+	size, exists := existing[f.key] // read-only once listed
+	skipped, err := e.store(ctx, pool, src, f, exists && size == f.size)
+	if lerr := src.failure(); lerr != nil {
+		if errors.Is(lerr, errChanged) && !last {
+			return true, nil
+		}
+		e.unsaved(f.rel, reasonFor(lerr))
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	after, err := fh.Stat()
+	if err == nil && after.Size() == before.Size() && after.ModTime().Equal(before.ModTime()) {
+		e.stored(f, skipped)
+		return false, nil
+	}
+	if !last {
+		return true, nil
+	}
+	// Still changing: keep what was read (its checksum covers exactly the
+	// bytes stored) and say that the file moved on.
+	e.stored(f, skipped)
+	e.unsaved(f.rel, fmt.Sprintf("%s (stored the first %d bytes)", ReasonChanged, f.size))
+	return false, nil
+}
+
+// open opens a file the walk chose, for reading only what it is now. The
+// os.Root resolves every path component itself (O_NOFOLLOW each step) and
+// refuses a symlink leading out of the directory, so a link swapped in after
+// the walk reads nothing outside. O_NONBLOCK makes the open of a FIFO swapped
+// in return at once instead of waiting for a writer forever (SIGTERM
+// included); the caller then refuses everything fstat does not call a
+// regular file. For a regular file O_NONBLOCK changes nothing.
+func (e *engine) open(rel string) (*os.File, error) {
+	return e.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
+// store uploads src under f.key, unless the object there has its content
+// already; it reports whether it skipped.
+func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *file, sameSize bool) (bool, error) {
+	if sameSize {
+		skip, err := e.alreadyStored(ctx, src, f)
+		if err != nil || skip {
+			return skip, err
+		}
+	}
+	if err := e.beforeWrite(ctx); err != nil {
+		return false, err
+	}
+	if e.mp != nil {
+		if ps := e.mp.PartSize(f.size); ps > 0 {
+			return false, e.multipart(ctx, pool, src, f, ps)
+		}
+	}
+	moved := e.prog.Attempt()
+	err := e.retry(ctx, src, func(ctx context.Context) error {
+		moved.Restart()
+		crc, err := e.be.Put(ctx, f.key, src, f.size, moved.Add)
+		f.crc = crc
+		return err
+	})
+	return false, storage.WithOp("upload "+strconv.Quote(f.rel), err)
+}
+
+// alreadyStored reports whether the object at f.key has f's content: same
+// size (known from the listing) and the same checksum, compared with the
+// strongest one the store keeps. Without a stored checksum the object is
+// rewritten: an unverifiable object is not known to be complete.
+func (e *engine) alreadyStored(ctx context.Context, src *source, f *file) (bool, error) {
+	var oi storage.ObjectInfo
+	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		oi, err = e.be.Stat(ctx, f.key)
+		return err
+	})
+	if errors.Is(err, storage.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, storage.WithOp("stat "+strconv.Quote(f.key), err)
+	}
+	if oi.Size != f.size {
+		return false, nil
+	}
+	if f.size == 0 {
+		return true, nil // nothing to compare; stores keep no checksum of empty objects
+	}
+	if !oi.HasCRC32C && oi.MD5 == nil {
+		return false, nil
+	}
+	h := md5.New()
+	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	var w io.Writer = crc
+	if !oi.HasCRC32C {
+		w = io.MultiWriter(crc, h)
+	}
+	if _, err := storage.CopyBuffer(w, io.NewSectionReader(src, 0, f.size)); err != nil {
+		return false, nil // src recorded the failure; the caller handles it
+	}
+	f.crc = crc.Sum32()
+	if oi.HasCRC32C {
+		return oi.CRC32C == f.crc, nil
+	}
+	return bytes.Equal(oi.MD5, h.Sum(nil)), nil
+}
