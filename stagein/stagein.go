@@ -18,12 +18,14 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -48,7 +50,7 @@ type Result struct {
 }
 
 // TempSuffix marks files being downloaded. The name is deterministic so a
-// rerun after a crash truncates and reuses it instead of leaving garbage.
+// rerun after a crash replaces it instead of leaving garbage.
 const TempSuffix = ".kdefer-tmp"
 
 // rangeThreshold and rangeSize: objects above the threshold are fetched in
@@ -103,6 +105,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
 				if strings.HasPrefix(oi.Key, loc.Prefix+stagecontract.ReservedDir) {
 					return nil // kdefer's own objects
+				}
+				if oi.Refused != nil {
+					return oi.Refused
 				}
 				rel, err := storage.RelFor(loc.Prefix, oi.Key)
 				if err != nil {
@@ -218,7 +223,14 @@ func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) er
 		}
 	}
 	tmp := en.rel + TempSuffix
-	f, err := d.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	// A fresh file, never an existing one: whatever is at the temporary
+	// name (a crashed run's partial file, or a link planted to make the
+	// download write through it) is removed, and O_EXCL refuses to follow
+	// anything that appears in between.
+	if err := d.root.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return storage.WithOp("remove "+strconv.Quote(tmp), err)
+	}
+	f, err := d.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return storage.WithOp("create "+strconv.Quote(tmp), err)
 	}
@@ -275,11 +287,16 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		}
 		en.crc, en.hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
 	}
-	f, err := d.root.Open(en.rel)
+	// O_NONBLOCK and the check on the descriptor: what the Lstat saw may
+	// have been swapped for a FIFO since.
+	f, err := d.root.OpenFile(en.rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false, nil
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return false, nil
+	}
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	h := md5.New()
 	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h), f); err != nil {

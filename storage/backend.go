@@ -24,6 +24,11 @@ type ObjectInfo struct {
 	// MD5 is the MD5 the store keeps (gocloud's file and mem stores always,
 	// GCS for non-composite objects), or nil.
 	MD5 []byte
+	// Refused is set by List for an entry the store lists but will not
+	// serve (file://: a symlink leading out of the directory, a FIFO, a
+	// device): reading it would fail with this error, so a stage-in can
+	// refuse the run before writing anything.
+	Refused error
 }
 
 // Backend is the small interface every store implements. Keys are full
