@@ -16,6 +16,7 @@ import (
 	"crypto/md5"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -271,7 +272,7 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 	if en.size == 0 {
 		return true, nil
 	}
-	var md5Want []byte
+	crcWant, hasCRC, md5Want := en.crc, en.hasCRC, []byte(nil)
 	if !en.hasCRC {
 		var oi storage.ObjectInfo
 		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
@@ -285,7 +286,7 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		if oi.Size != en.size || (!oi.HasCRC32C && oi.MD5 == nil) {
 			return false, nil
 		}
-		en.crc, en.hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
+		crcWant, hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
 	}
 	// O_NONBLOCK and the check on the descriptor: what the Lstat saw may
 	// have been swapped for a FIFO since.
@@ -302,13 +303,11 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h), f); err != nil {
 		return false, nil
 	}
-	if en.hasCRC {
-		return crc.Sum32() == en.crc, nil
+	if hasCRC {
+		return crc.Sum32() == crcWant, nil
 	}
 	return bytes.Equal(h.Sum(nil), md5Want), nil
 }
-
-var errChecksum = errors.New("checksum mismatch")
 
 func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 	moved := d.prog.Attempt()
@@ -326,21 +325,21 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		}
 		defer r.Close()
 		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-		n, err := storage.CopyBuffer(io.MultiWriter(f, crc, moved), r)
+		w := io.MultiWriter(f, crc, moved)
+		var h hash.Hash
+		if needMD5(en, oi) {
+			h = md5.New()
+			w = io.MultiWriter(w, h)
+		}
+		n, err := storage.CopyBuffer(w, r)
 		if err != nil {
 			return err
 		}
-		if n != en.size && en.hasCRC {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("got %d bytes, manifest says %d", n, en.size)}
+		var md5sum []byte
+		if h != nil {
+			md5sum = h.Sum(nil)
 		}
-		want, has := en.crc, en.hasCRC
-		if !has {
-			want, has = oi.CRC32C, oi.HasCRC32C
-		}
-		if has && crc.Sum32() != want {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: got crc32c:%08x, want crc32c:%08x", errChecksum, crc.Sum32(), want)}
-		}
-		return nil
+		return verify(en, oi, n, crc.Sum32(), md5sum)
 	})
 	return storage.WithOp("download "+strconv.Quote(en.key), err)
 }
