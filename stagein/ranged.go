@@ -48,6 +48,7 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 				if err != nil {
 					return err
 				}
+				r = storage.ContextReader(ctx, r)
 				defer r.Close()
 				crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 				w := io.MultiWriter(io.NewOffsetWriter(f, off), crc, moved)

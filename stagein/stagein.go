@@ -323,6 +323,7 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		if err != nil {
 			return err
 		}
+		r = storage.ContextReader(ctx, r)
 		defer r.Close()
 		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 		w := io.MultiWriter(f, crc, moved)
