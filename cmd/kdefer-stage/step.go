@@ -110,11 +110,45 @@ func (o *options) command(ctx context.Context, s step) *cobra.Command {
 			return nil
 		}
 		*s.url = url
-		res, err := s.run(ctx)
+		res, err := runUntilStopped(ctx, s.run)
 		o.code = o.finish(log, s.op, start, res, err)
 		return nil
 	}
 	return s.cmd
+}
+
+// stopGrace is how long a transfer may take to stop once the step is
+// signalled. The engines stop by themselves well within it; whatever one is
+// still stuck in after it (a hung filesystem, a call that ignores its
+// context), the step writes its summary and exits transient anyway, long
+// before the kubelet's SIGKILL would leave no summary at all.
+const stopGrace = 1500 * time.Millisecond
+
+// runUntilStopped runs the transfer, and returns at most stopGrace after
+// ctx ends even if the transfer has not returned by then.
+func runUntilStopped(ctx context.Context, run func(context.Context) (storage.TransferResult, error)) (storage.TransferResult, error) {
+	type result struct {
+		res storage.TransferResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := run(ctx)
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-t.C:
+		return storage.TransferResult{}, fmt.Errorf("stop: the transfer did not stop within %v of the signal: %w", stopGrace, context.Cause(ctx))
+	}
 }
 
 func (o *options) retry(log zerolog.Logger) storage.RetryPolicy {
