@@ -14,17 +14,18 @@ import (
 // ranged downloads a large object in parallel ranges written with WriteAt
 // straight into f, and checks the combined CRC32C.
 func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File, en *entry) error {
+	// Without a manifest, the store's checksum and size (a ranged read
+	// brings neither): a size that differs already is permanent.
+	oi := storage.ObjectInfo{Size: en.size}
 	if !en.hasCRC {
 		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
-			oi, err := d.be.Stat(ctx, en.key)
-			if err == nil {
-				en.crc, en.hasCRC = oi.CRC32C, oi.HasCRC32C
-				if oi.Size != en.size {
-					return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("object changed size during the run")}
-				}
-			}
+			var err error
+			oi, err = d.be.Stat(ctx, en.key)
 			return err
 		})
+		if err == nil {
+			err = verify(en, storage.ObjectInfo{Size: oi.Size}, en.size, 0, nil)
+		}
 		if err != nil {
 			return storage.WithOp("stat "+strconv.Quote(en.key), err)
 		}
@@ -47,12 +48,18 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 				if err != nil {
 					return err
 				}
+				r = storage.ContextReader(ctx, r)
 				defer r.Close()
 				crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 				w := io.MultiWriter(io.NewOffsetWriter(f, off), crc, moved)
 				m, err := storage.CopyBuffer(w, r)
 				if err != nil {
 					return err
+				}
+				if m != size && !en.hasCRC {
+					// A clean end before the size the store listed: the
+					// object is shorter than it says (see verify).
+					return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("size mismatch: read %d bytes, the store lists %d", off+m, en.size)}
 				}
 				if m != size {
 					return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("range at %d: got %d bytes, want %d", off, m, size)}
@@ -73,13 +80,16 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 	for i := 1; i < n; i++ {
 		crc = storage.CombineCRC32C(crc, crcs[i], min(int64(rangeSize), en.size-int64(i)*rangeSize))
 	}
-	if en.hasCRC && crc != en.crc {
-		// A mismatch over a whole large file: fetch it again as one stream
-		// would cost as much as the retry; report it as transient.
-		return storage.WithOp("download "+strconv.Quote(en.key), &storage.Error{Class: storage.Transient,
-			Err: fmt.Errorf("%w: got crc32c:%08x, want crc32c:%08x", errChecksum, crc, en.crc)})
+	// A manifest mismatch over a whole large file is transient (fetching
+	// it again as one stream would cost as much as the retry).
+	var md5sum []byte
+	if needMD5(en, oi) {
+		var err error
+		if md5sum, err = fileMD5(f); err != nil {
+			return storage.WithOp("read back "+strconv.Quote(en.rel), err)
+		}
 	}
-	return nil
+	return storage.WithOp("download "+strconv.Quote(en.key), verify(en, oi, en.size, crc, md5sum))
 }
 
 func firstErr(errs []error) error {

@@ -16,14 +16,17 @@ import (
 	"crypto/md5"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -48,7 +51,7 @@ type Result struct {
 }
 
 // TempSuffix marks files being downloaded. The name is deterministic so a
-// rerun after a crash truncates and reuses it instead of leaving garbage.
+// rerun after a crash replaces it instead of leaving garbage.
 const TempSuffix = ".kdefer-tmp"
 
 // rangeThreshold and rangeSize: objects above the threshold are fetched in
@@ -105,6 +108,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
 				if strings.HasPrefix(oi.Key, loc.Prefix+stagecontract.ReservedDir) {
 					return nil // kdefer's own objects
+				}
+				if oi.Refused != nil {
+					return oi.Refused
 				}
 				rel, err := storage.RelFor(loc.Prefix, oi.Key)
 				if err != nil {
@@ -220,7 +226,14 @@ func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) er
 		}
 	}
 	tmp := en.rel + TempSuffix
-	f, err := d.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	// A fresh file, never an existing one: whatever is at the temporary
+	// name (a crashed run's partial file, or a link planted to make the
+	// download write through it) is removed, and O_EXCL refuses to follow
+	// anything that appears in between.
+	if err := d.root.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return storage.WithOp("remove "+strconv.Quote(tmp), err)
+	}
+	f, err := d.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return storage.WithOp("create "+strconv.Quote(tmp), err)
 	}
@@ -261,7 +274,7 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 	if en.size == 0 {
 		return true, nil
 	}
-	var md5Want []byte
+	crcWant, hasCRC, md5Want := en.crc, en.hasCRC, []byte(nil)
 	if !en.hasCRC {
 		var oi storage.ObjectInfo
 		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
@@ -275,25 +288,28 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		if oi.Size != en.size || (!oi.HasCRC32C && oi.MD5 == nil) {
 			return false, nil
 		}
-		en.crc, en.hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
+		crcWant, hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
 	}
-	f, err := d.root.Open(en.rel)
+	// O_NONBLOCK and the check on the descriptor: what the Lstat saw may
+	// have been swapped for a FIFO since.
+	f, err := d.root.OpenFile(en.rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false, nil
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return false, nil
+	}
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	h := md5.New()
 	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h), f); err != nil {
 		return false, nil
 	}
-	if en.hasCRC {
-		return crc.Sum32() == en.crc, nil
+	if hasCRC {
+		return crc.Sum32() == crcWant, nil
 	}
 	return bytes.Equal(h.Sum(nil), md5Want), nil
 }
-
-var errChecksum = errors.New("checksum mismatch")
 
 func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 	moved := d.prog.Attempt()
@@ -309,23 +325,24 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		if err != nil {
 			return err
 		}
+		r = storage.ContextReader(ctx, r)
 		defer r.Close()
 		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-		n, err := storage.CopyBuffer(io.MultiWriter(f, crc, moved), r)
+		w := io.MultiWriter(f, crc, moved)
+		var h hash.Hash
+		if needMD5(en, oi) {
+			h = md5.New()
+			w = io.MultiWriter(w, h)
+		}
+		n, err := storage.CopyBuffer(w, r)
 		if err != nil {
 			return err
 		}
-		if n != en.size && en.hasCRC {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("got %d bytes, manifest says %d", n, en.size)}
+		var md5sum []byte
+		if h != nil {
+			md5sum = h.Sum(nil)
 		}
-		want, has := en.crc, en.hasCRC
-		if !has {
-			want, has = oi.CRC32C, oi.HasCRC32C
-		}
-		if has && crc.Sum32() != want {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: got crc32c:%08x, want crc32c:%08x", errChecksum, crc.Sum32(), want)}
-		}
-		return nil
+		return verify(en, oi, n, crc.Sum32(), md5sum)
 	})
 	return storage.WithOp("download "+strconv.Quote(en.key), err)
 }

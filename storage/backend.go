@@ -21,9 +21,15 @@ type ObjectInfo struct {
 	// when HasCRC32C (S3 with checksums; stores that keep none leave it unset).
 	CRC32C    uint32
 	HasCRC32C bool
-	// MD5 is the MD5 the store keeps (gocloud's file and mem stores always,
-	// GCS for non-composite objects), or nil.
+	// MD5 is the MD5 the store keeps (file:// and mem:// for what they
+	// wrote, GCS for non-composite objects, the ETag of a single-part S3
+	// object without SSE-KMS/SSE-C, from Stat and whole reads), or nil.
 	MD5 []byte
+	// Refused is set by List for an entry the store lists but will not
+	// serve (file://: a symlink leading out of the directory, a FIFO, a
+	// device): reading it would fail with this error, so a stage-in can
+	// refuse the run before writing anything.
+	Refused error
 }
 
 // Backend is the small interface every store implements. Keys are full

@@ -21,6 +21,9 @@ import (
 // the Azure default credential chain); none are ever read from the URL.
 type blobBackend struct {
 	b *blob.Bucket
+	// fr serves file:// reads confined to the directory (fileroot.go);
+	// nil for the other schemes.
+	fr *fileRoot
 }
 
 func openBlob(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
@@ -53,7 +56,14 @@ func openBlob(ctx context.Context, loc Location, opts OpenOptions) (Backend, err
 		// credentials (none are accepted in the URL).
 		return nil, &Error{Class: Permanent, Op: "open " + loc.String(), Fix: "fix the URL parameters", Err: errors.New(stripURL(err.Error(), u))}
 	}
-	return &blobBackend{b: b}, nil
+	bb := &blobBackend{b: b}
+	if loc.Scheme == "file" {
+		if bb.fr, err = openFileRoot(loc.Bucket); err != nil {
+			b.Close()
+			return nil, &Error{Class: Permanent, Op: "open " + loc.String(), Fix: "fix the directory in the URL", Err: err}
+		}
+	}
+	return bb, nil
 }
 
 // stripURL removes the full URL (with its query) from a driver message.
@@ -89,6 +99,9 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 }
 
 func (bb *blobBackend) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	if bb.fr != nil {
+		return bb.fr.Stat(key)
+	}
 	a, err := bb.b.Attributes(ctx, key)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
@@ -100,6 +113,9 @@ func (bb *blobBackend) Stat(ctx context.Context, key string) (ObjectInfo, error)
 }
 
 func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, ObjectInfo, error) {
+	if bb.fr != nil {
+		return bb.fr.NewReader(key, off, length)
+	}
 	r, err := bb.b.NewRangeReader(ctx, key, off, length, nil)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
@@ -111,6 +127,9 @@ func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length in
 }
 
 func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	if bb.fr != nil {
+		return bb.fr.List(ctx, prefix, fn)
+	}
 	it := bb.b.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		o, err := it.Next(ctx)
@@ -137,7 +156,12 @@ func (bb *blobBackend) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (bb *blobBackend) Close() error { return bb.b.Close() }
+func (bb *blobBackend) Close() error {
+	if bb.fr != nil {
+		bb.fr.Close()
+	}
+	return bb.b.Close()
+}
 
 func (bb *blobBackend) wrap(err error) error {
 	var e *Error

@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -231,6 +232,22 @@ func fullObjectCRC(oi minio.ObjectInfo) (uint32, bool) {
 	return parseBase64CRC(oi.ChecksumCRC32C)
 }
 
+// etagMD5 returns the MD5 an object's ETag is, or nil. Only a single-part
+// object's ETag (32 hex digits; a multipart one ends in "-N") stored
+// without SSE-KMS or SSE-C (whose ETags are opaque) is the MD5 of its data.
+func etagMD5(oi minio.ObjectInfo) []byte {
+	etag := strings.Trim(oi.ETag, `"`)
+	if len(etag) != 32 || strings.HasPrefix(oi.Metadata.Get("X-Amz-Server-Side-Encryption"), "aws:kms") ||
+		oi.Metadata.Get("X-Amz-Server-Side-Encryption-Customer-Algorithm") != "" {
+		return nil
+	}
+	b, err := hex.DecodeString(etag)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 func (s *s3Backend) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	oi, err := s.core.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{Checksum: true})
 	if err != nil {
@@ -240,7 +257,7 @@ func (s *s3Backend) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 		return ObjectInfo{}, s.wrap("stat "+strconv.Quote(key), err)
 	}
 	crc, ok := fullObjectCRC(oi)
-	return ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified, CRC32C: crc, HasCRC32C: ok}, nil
+	return ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified, CRC32C: crc, HasCRC32C: ok, MD5: etagMD5(oi)}, nil
 }
 
 func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, ObjectInfo, error) {
@@ -273,6 +290,7 @@ func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64
 	info := ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified}
 	if whole {
 		info.CRC32C, info.HasCRC32C = fullObjectCRC(oi)
+		info.MD5 = etagMD5(oi)
 	}
 	return body, info, nil
 }

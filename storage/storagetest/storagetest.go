@@ -127,6 +127,15 @@ func testPutStatRead(t *testing.T, h Harness) {
 		if sum := md5.Sum(data); oi.MD5 != nil && !bytes.Equal(oi.MD5, sum[:]) {
 			t.Errorf("Stat md5 = %x, want %x", oi.MD5, sum)
 		}
+		if r, roi, err := be.NewReader(ctx, key, 0, -1); err != nil {
+			t.Fatal(err)
+		} else {
+			r.Close()
+			sum := md5.Sum(data)
+			if roi.MD5 != nil && !bytes.Equal(roi.MD5, sum[:]) || roi.HasCRC32C && roi.CRC32C != CRC(data) || roi.Size != int64(size) {
+				t.Errorf("whole read reports size %d, crc32c %v:%08x, md5 %x; want %d, %08x, %x", roi.Size, roi.HasCRC32C, roi.CRC32C, roi.MD5, size, CRC(data), sum)
+			}
+		}
 		if !oi.HasCRC32C && oi.MD5 == nil && size > 0 {
 			t.Errorf("Stat of %d-byte object reports no checksum: resumable runs could never skip it", size)
 		}

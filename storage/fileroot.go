@@ -1,0 +1,232 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// fileRoot reads a file:// directory (Stat, NewReader, List) confined to it.
+// gocloud's fileblob opens files by path: it follows any symlink, even one
+// to /proc/self/environ, which would copy the stage step's own credentials
+// into the volume a stage-in fills, and its blocking open of a FIFO hangs
+// forever. A stage-in source may be a volume the untrusted main container
+// wrote, so here every file is opened through an os.Root (a symlink may
+// point within the directory, never out of it) with O_NONBLOCK, and served
+// only if the opened descriptor is a regular file. Writes stay fileblob's.
+type fileRoot struct {
+	root *os.Root
+	// dir is the directory, for messages.
+	dir string
+}
+
+// fileAttrsExt is the suffix of fileblob's attribute sidecars ("k.attrs"
+// holds the MD5 fileblob computed when it wrote "k").
+const fileAttrsExt = ".attrs"
+
+// maxAttrsSize bounds what is read of a sidecar: fileblob's are ~200 bytes.
+const maxAttrsSize = 64 << 10
+
+func openFileRoot(dir string) (*fileRoot, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &fileRoot{root: r, dir: dir}, nil
+}
+
+func (fr *fileRoot) Close() error { return fr.root.Close() }
+
+// name returns the file name of key relative to the directory.
+func (fr *fileRoot) name(key string) (string, error) {
+	if strings.HasSuffix(key, fileAttrsExt) {
+		return "", &Error{Class: Permanent, Err: fmt.Errorf("key %q: names ending in %s are reserved by file:// for attributes", key, fileAttrsExt)}
+	}
+	return fileEscapeKey(key), nil
+}
+
+// open opens key's file for reading; it refuses anything but a regular file
+// inside the directory, naming the key.
+func (fr *fileRoot) open(key string) (*os.File, fs.FileInfo, error) {
+	name, err := fr.name(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	// writer; it has no effect on regular files.
+	f, err := fr.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, notExist(key)
+		}
+		return nil, nil, fr.refuse(key, name, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, &Error{Class: Transient, Err: fmt.Errorf("stat %q: %w", key, err)}
+	}
+	if fi.IsDir() {
+		f.Close()
+		return nil, nil, notExist(key) // as fileblob: a directory is no object
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fr.notRegular(key, fi.Mode())
+	}
+	return f, fi, nil
+}
+
+// refuse explains an open that failed for another reason than absence.
+func (fr *fileRoot) refuse(key, name string, err error) error {
+	if fi, lerr := fr.root.Lstat(name); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return &Error{Class: Permanent, Fix: "replace the link with the file itself, or remove it",
+			Err: fmt.Errorf("refuse key %q: it is a symbolic link that does not lead to a file inside %s", key, fr.dir)}
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return &Error{Class: Permanent, Fix: "make the file readable by the stage step's user",
+			Err: fmt.Errorf("refuse key %q: %w", key, err)}
+	}
+	// Any other path error: a parent that is a link out of the directory,
+	// not a directory, or a loop; none goes away by retrying.
+	return &Error{Class: Permanent, Fix: "keep only regular files and directories under " + fr.dir,
+		Err: fmt.Errorf("refuse key %q: %w", key, err)}
+}
+
+func (fr *fileRoot) notRegular(key string, mode fs.FileMode) error {
+	return &Error{Class: Permanent, Fix: "keep only regular files and directories under " + fr.dir,
+		Err: fmt.Errorf("refuse key %q: it is a %s, not a regular file", key, fileKind(mode))}
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	case m.IsDir():
+		return "directory"
+	}
+	return "special file (" + m.Type().String() + ")"
+}
+
+// md5 returns the MD5 fileblob recorded for the file name, or nil: a missing,
+// unreadable or malformed sidecar only means no checksum is known.
+func (fr *fileRoot) md5(name string) []byte {
+	f, err := fr.root.OpenFile(name+fileAttrsExt, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	var xa struct {
+		MD5 []byte `json:"md5"`
+	}
+	if err := json.NewDecoder(io.LimitReader(f, maxAttrsSize)).Decode(&xa); err != nil || len(xa.MD5) != 16 {
+		return nil
+	}
+	return xa.MD5
+}
+
+func (fr *fileRoot) Stat(key string) (ObjectInfo, error) {
+	f, fi, err := fr.open(key)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	f.Close()
+	name, _ := fr.name(key)
+	return ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), MD5: fr.md5(name)}, nil
+}
+
+type fileReader struct {
+	io.Reader
+	io.Closer
+}
+
+func (fr *fileRoot) NewReader(key string, off, length int64) (io.ReadCloser, ObjectInfo, error) {
+	f, fi, err := fr.open(key)
+	if err != nil {
+		return nil, ObjectInfo{}, err
+	}
+	oi := ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
+	if off == 0 && length < 0 {
+		name, _ := fr.name(key)
+		oi.MD5 = fr.md5(name)
+	}
+	if off > 0 {
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			f.Close()
+			return nil, ObjectInfo{}, &Error{Class: Transient, Err: fmt.Errorf("seek %q: %w", key, err)}
+		}
+	}
+	var r io.Reader = f
+	if length >= 0 {
+		r = io.LimitReader(f, length)
+	}
+	return fileReader{Reader: r, Closer: f}, oi, nil
+}
+
+// List walks the directory below prefix. An entry it would not serve (a
+// symlink leading out, a FIFO, device or socket) is listed with Refused set,
+// so a stage-in refuses it, naming it, before writing anything.
+func (fr *fileRoot) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	start := "."
+	if i := strings.LastIndex(prefix, "/"); i > 0 {
+		start = fileEscapeKey(prefix[:i])
+	}
+	fsys := fr.root.FS()
+	err := fs.WalkDir(fsys, start, func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if name == start && errors.Is(err, fs.ErrNotExist) {
+				return fs.SkipAll // nothing under the prefix
+			}
+			return &Error{Class: Permanent, Fix: "make the directory readable by the stage step's user", Err: fmt.Errorf("list %s: %w", strconv.Quote(name), err)}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if name == "." {
+			return nil
+		}
+		key := fileUnescapeKey(name)
+		if d.IsDir() {
+			// Skip directories no key under the prefix can be in.
+			if k := key + "/"; !strings.HasPrefix(k, prefix) && !strings.HasPrefix(prefix, k) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, fileAttrsExt) || !strings.HasPrefix(key, prefix) {
+			return nil
+		}
+		oi := ObjectInfo{Key: key}
+		fi, err := fr.root.Stat(name) // follows a link within the directory only
+		switch {
+		case err != nil && errors.Is(err, fs.ErrNotExist) && d.Type()&fs.ModeSymlink == 0:
+			return nil // removed while listed
+		case err != nil:
+			oi.Refused = fr.refuse(key, name, err)
+		case fi.IsDir():
+			return nil // a link to a directory: fileblob lists nothing for it either
+		case !fi.Mode().IsRegular():
+			oi.Refused = fr.notRegular(key, fi.Mode())
+		default:
+			oi.Size, oi.ModTime, oi.MD5 = fi.Size(), fi.ModTime(), fr.md5(name)
+		}
+		return fn(oi)
+	})
+	return err
+}

@@ -1,0 +1,101 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kdefer/kdefer/storage"
+	"github.com/kdefer/kdefer/storage/storagetest"
+)
+
+// kdefer reads file:// itself; what gocloud's fileblob wrote, under the
+// names it escapes, reads back with its MD5.
+func TestFileReadsWhatFileblobWrote(t *testing.T) {
+	be, _ := storagetest.Open(t, storagetest.File(t).URL(t))
+	ctx := context.Background()
+	keys := []string{"plain.txt", "sp ace/x", "a__0x41__b", "__0x2f/x", "ctl\x01name", "dots../x", "uni☺"}
+	for _, k := range keys {
+		storagetest.Put(t, be, k, []byte("data of "+k))
+	}
+	listed := map[string]storage.ObjectInfo{}
+	if err := be.List(ctx, "", func(oi storage.ObjectInfo) error { listed[oi.Key] = oi; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		want := []byte("data of " + k)
+		oi, ok := listed[k]
+		if !ok || oi.Size != int64(len(want)) || oi.MD5 == nil || oi.Refused != nil {
+			t.Errorf("List: %q = %+v, %v; want size %d with an MD5", k, oi, ok, len(want))
+		}
+		if got := storagetest.Read(t, be, k, 0, -1); !bytes.Equal(got, want) {
+			t.Errorf("read %q = %q", k, got)
+		}
+		if st, err := be.Stat(ctx, k); err != nil || st.MD5 == nil {
+			t.Errorf("Stat(%q) = %+v, %v; want an MD5", k, st, err)
+		}
+	}
+	if len(listed) != len(keys) {
+		t.Errorf("List found %d objects, want %d: %v", len(listed), len(keys), listed)
+	}
+}
+
+// Reads of file:// never leave the directory and open regular files only;
+// every refusal is permanent and names the key.
+func TestFileRefusesWhatIsNotAFileInside(t *testing.T) {
+	ctx := context.Background()
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plant := map[string]func(string) error{
+		"env":      func(p string) error { return os.Symlink("/proc/self/environ", p) },
+		"abs-link": func(p string) error { return os.Symlink(filepath.Join(outside, "secret"), p) },
+		"fifo":     func(p string) error { return syscall.Mkfifo(p, 0o644) },
+		"sub":      func(p string) error { return os.Symlink(outside, p) },
+	}
+	for name, fn := range plant {
+		if err := fn(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "inside"), []byte("ok"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("inside", filepath.Join(dir, "link-inside")); err != nil {
+		t.Fatal(err)
+	}
+	be, _ := storagetest.Open(t, "file://"+dir)
+	for _, key := range []string{"env", "abs-link", "fifo", "sub/secret"} {
+		_, err := be.Stat(ctx, key)
+		_, _, rerr := be.NewReader(ctx, key, 0, -1)
+		for _, err := range []error{err, rerr} {
+			if storage.ClassOf(err) != storage.Permanent || errors.Is(err, storage.ErrNotExist) || !strings.Contains(err.Error(), `"`+key+`"`) {
+				t.Errorf("read %q: err = %v, want a permanent refusal naming it", key, err)
+			}
+		}
+	}
+	if got := storagetest.Read(t, be, "link-inside", 0, -1); string(got) != "ok" {
+		t.Errorf("a link within the directory reads %q, want its target's content", got)
+	}
+	refused := map[string]bool{}
+	err := be.List(ctx, "", func(oi storage.ObjectInfo) error {
+		refused[oi.Key] = oi.Refused != nil
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"env": true, "abs-link": true, "fifo": true, "sub": true, "inside": false, "link-inside": false}
+	for k, w := range want {
+		if got, ok := refused[k]; !ok || got != w {
+			t.Errorf("List: %q listed %v, refused %v; want listed, refused %v", k, ok, got, w)
+		}
+	}
+}
