@@ -284,6 +284,9 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	if s.finishedNow {
 		Metrics.Runs.WithLabelValues(string(s.status.Trigger), s.status.State).Inc()
 		Metrics.StageBytes.Add(float64(s.status.Bytes))
+		if meta.IsStatusConditionTrue(s.status.Conditions, v1.DeferRunIncomplete) {
+			Metrics.Incomplete.Inc()
+		}
 	}
 	return nil
 }

@@ -42,9 +42,10 @@
 //	    v
 //	Succeeded | Failed (PermanentError, RetriesExhausted, DeadlineExceeded,
 //	    |              DeferPodFailed)
+//	    |  Succeeded with unsaved files: Incomplete=True (UnsavedFiles)
 //	    v  finish (every final state): stop the defer pod, handle the volume
 //	VolumeReleased=True    Succeeded, Skipped, onFailure Release
-//	VolumeReleased=False   Retained (Failed, by default) until retainFor
+//	VolumeReleased=False   Retained (Failed or Incomplete, by default) until retainFor
 //	    |                  passes or `kdefer release` (v1alpha1.AnnotationRelease)
 //	    v
 //	pod finalizer removed (pod side); after the TTL the run is deleted

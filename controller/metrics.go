@@ -9,6 +9,7 @@ import (
 // controller-runtime's registry next to its workqueue and client metrics.
 var Metrics = struct {
 	Runs       *prometheus.CounterVec
+	Incomplete prometheus.Counter
 	StageBytes prometheus.Counter
 	Reaction   prometheus.Histogram
 	Writes     *prometheus.CounterVec
@@ -16,6 +17,9 @@ var Metrics = struct {
 	Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kdefer_runs_total", Help: "Finished defer runs by trigger and result (Succeeded, Failed, Skipped).",
 	}, []string{"trigger", "result"}),
+	Incomplete: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kdefer_runs_incomplete_total", Help: "Succeeded defer runs whose stage-out could not store every file (their volumes are kept).",
+	}),
 	StageBytes: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kdefer_stage_out_bytes_total", Help: "Bytes uploaded by stage-out steps, from their summaries.",
 	}),
@@ -30,5 +34,5 @@ var Metrics = struct {
 }
 
 func init() {
-	metrics.Registry.MustRegister(Metrics.Runs, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes)
+	metrics.Registry.MustRegister(Metrics.Runs, Metrics.Incomplete, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes)
 }

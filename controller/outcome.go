@@ -57,6 +57,9 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 						step.Message = truncate(sum.Error, 512)
 					} else {
 						step.Message = fmt.Sprintf("%d objects, %d bytes uploaded, %d already there", sum.Objects, sum.Bytes, sum.Skipped)
+						if sum.Unsaved > 0 {
+							step.Message += fmt.Sprintf(", %d files not saved", sum.Unsaved)
+						}
 					}
 				}
 			}

@@ -209,7 +209,8 @@ const (
 	TriggerActionSkip TriggerAction = "Skip"
 )
 
-// OnFailure says what happens to the work volume when a defer run fails.
+// OnFailure says what happens to the work volume when a defer run fails, or
+// succeeds Incomplete (its stage-out could not store every file).
 // +kubebuilder:validation:XValidation:rule="self.volume == 'Retain' || !has(self.retainFor)",message="onFailure.retainFor is only allowed with volume: Retain"
 type OnFailure struct {
 	// volume is Retain (default: keep the PVC for inspection or a rerun) or
