@@ -109,7 +109,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 		}
 		return proceed, nil
 	}
-	deadline := s.status.TriggeredAt.Add(run.Spec.Policy.Deadline.Duration)
+	deadline := s.status.TriggeredAt.Add(runDeadline(s.view(), r.opts))
 	if !s.now.Before(deadline) {
 		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
 	}

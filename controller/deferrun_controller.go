@@ -223,6 +223,11 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	if s.status.TriggeredAt == nil {
 		s.status.TriggeredAt = &metav1.Time{Time: s.now}
 	}
+	if s.status.Deadline == nil {
+		// Recorded once: a restarted controller with another cap does not
+		// change the deadline of a run already started.
+		s.status.Deadline = &metav1.Duration{Duration: EffectiveDeadline(&run.Spec.Policy, r.opts.MaxDeadline)}
+	}
 	reason, msg := skipOf(run)
 	if reason == "" {
 		reason, msg = s.skipReason, s.skipMsg

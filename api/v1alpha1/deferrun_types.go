@@ -157,6 +157,12 @@ type DeferRunStatus struct {
 	// +optional
 	ManifestURL string `json:"manifestURL,omitempty"`
 
+	// deadline of the run as it is enforced: the policy's deadline, capped
+	// by the cluster-wide maximum (kdefer-controller --max-deadline).
+	// Recorded when the run is triggered.
+	// +optional
+	Deadline *metav1.Duration `json:"deadline,omitempty"`
+
 	// triggeredAt is when the pod's main containers were seen ended.
 	// +optional
 	TriggeredAt *metav1.Time `json:"triggeredAt,omitempty"`

@@ -299,6 +299,11 @@ func (in *DeferRunStatus) DeepCopyInto(out *DeferRunStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Deadline != nil {
+		in, out := &in.Deadline, &out.Deadline
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.TriggeredAt != nil {
 		in, out := &in.TriggeredAt, &out.TriggeredAt
 		*out = (*in).DeepCopy()

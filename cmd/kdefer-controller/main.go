@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Float64Var(&qps, "kube-api-qps", app.DefaultKubeAPIQPS, "client-side QPS limit towards the apiserver (0: none; API Priority and Fairness still applies)")
 	fs.IntVar(&burst, "kube-api-burst", app.DefaultKubeAPIBurst, "client-side burst towards the apiserver")
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
+	fs.DurationVar(&mo.DeferPod.MaxDeadline, "max-deadline", app.DefaultMaxDeadline, "cap on every defer run's deadline, whatever a DeferPolicy or Job annotation asks (0: no cap); a defer pod makes kubectl drain wait at most this long")
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

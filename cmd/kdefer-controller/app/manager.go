@@ -54,6 +54,12 @@ const (
 	DefaultKubeAPIBurst = 1000
 )
 
+// DefaultMaxDeadline caps every defer run's deadline by default
+// (kdefer-controller --max-deadline): a defer pod holds its node's drain for
+// as long as its run may last, so no policy or Job annotation gets more than
+// a working day without the cluster's operator saying so.
+const DefaultMaxDeadline = 24 * time.Hour
+
 // ClientLimits sets the client-side limits of cfg: qps 0 or below means
 // none (API Priority and Fairness on the server still applies).
 func ClientLimits(cfg *rest.Config, qps float64, burst int) {
