@@ -223,11 +223,6 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	if s.status.TriggeredAt == nil {
 		s.status.TriggeredAt = &metav1.Time{Time: s.now}
 	}
-	if s.status.Deadline == nil {
-		// Recorded once: a restarted controller with another cap does not
-		// change the deadline of a run already started.
-		s.status.Deadline = &metav1.Duration{Duration: EffectiveDeadline(&run.Spec.Policy, r.opts.MaxDeadline)}
-	}
 	reason, msg := skipOf(run)
 	if reason == "" {
 		reason, msg = s.skipReason, s.skipMsg
@@ -237,6 +232,12 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	}
 	if c, err := r.checkConfig(ctx, s); c == decided || err != nil {
 		return endWrite, err
+	}
+	if s.status.Deadline == nil {
+		// Recorded once the policy is resolved (a policy created after the
+		// run was armed brings its own deadline), and kept: a controller
+		// restarted with another cap does not change a started run's.
+		s.status.Deadline = &metav1.Duration{Duration: EffectiveDeadline(&run.Spec.Policy, r.opts.MaxDeadline)}
 	}
 	steps := Steps(s.view(), r.opts)
 	if len(steps) == 0 {

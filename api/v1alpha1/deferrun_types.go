@@ -159,7 +159,7 @@ type DeferRunStatus struct {
 
 	// deadline of the run as it is enforced: the policy's deadline, capped
 	// by the cluster-wide maximum (kdefer-controller --max-deadline).
-	// Recorded when the run is triggered.
+	// Recorded when the run's configuration is complete.
 	// +optional
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
 
