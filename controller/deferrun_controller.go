@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -30,24 +29,19 @@ import (
 // the TTL.
 type RunReconciler struct {
 	client    client.Client
-	apiReader client.Reader // uncached reads (Secrets: never cached)
+	apiReader client.Reader // uncached reads (PVCs a moment old, PVs)
 	recorder  events.EventRecorder
 	clock     clock.Clock
 	opts      DeferPodOptions
 	exp       ownWrites
 
-	secretMu sync.Mutex
-	// secretSeen is when each credentials Secret was last seen to exist,
-	// for secretTTL: Secrets are not cached, so without it every run of a
-	// burst would read its Secret from the apiserver before its defer pod.
-	secretSeen map[types.NamespacedName]time.Time
 	// created counts defer pod creations, to tell a burst (bookkeepingAt).
 	created creationRate
 }
 
 // NewRunReconciler returns the DeferRun reconciler.
 func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.EventRecorder, clk clock.Clock, opts DeferPodOptions) *RunReconciler {
-	return &RunReconciler{client: c, apiReader: apiReader, recorder: rec, clock: clk, opts: opts, secretSeen: map[types.NamespacedName]time.Time{}}
+	return &RunReconciler{client: c, apiReader: apiReader, recorder: rec, clock: clk, opts: opts}
 }
 
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get;list;watch;create;update;patch;delete
@@ -58,7 +52,6 @@ func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.Event
 // The defer pod's owner references to its PVCs block their deletion; where the
 // OwnerReferencesPermissionEnforcement admission plugin is on, that needs:
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -123,6 +124,21 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 		s.status.Bytes, s.status.Objects, s.status.Skipped = o.Summary.Bytes, o.Summary.Objects, o.Summary.Skipped
 		s.status.ManifestURL = o.Summary.ManifestURL
 		s.status.Unsaved = o.Summary.Unsaved
+	}
+	reason, problem := stepConfigProblem(s.run, o)
+	c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError)
+	stepBlocked := c != nil && c.Status == metav1.ConditionTrue && stepReason(c.Reason)
+	switch {
+	case o.Failed && o.Reason == v1.ReasonDeadlineExceeded && (problem != "" || stepBlocked):
+		// The step never started: say why, not just that time ran out.
+		if problem == "" {
+			problem = c.Message
+		}
+		return endWrite, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", pod)
+	case problem != "" && !o.Done:
+		configError(s, reason, problem)
+	case stepBlocked:
+		configResolved(s)
 	}
 	if !o.Done {
 		if at := bookkeepingAt(pod.CreationTimestamp.Time, s.now, r.created.burst(s.now)); s.run.Status.Trigger == "" && !at.IsZero() {

@@ -62,7 +62,11 @@ const (
 	// ConfigError True while the configuration is incomplete, then False
 	// with ReasonResolved.
 	ReasonPolicyNotFound = "PolicyNotFound"
+	// SecretNotFound and StepConfigError are reported by the defer pod's
+	// kubelet (kdefer does not read Secrets): a step waits for a Secret,
+	// or a ConfigMap, that does not exist.
 	ReasonSecretNotFound = "SecretNotFound"
+	ReasonStepConfig     = "StepConfigError"
 	ReasonBadAnnotation  = "InvalidAnnotation"
 	ReasonResolved       = "Resolved"
 
