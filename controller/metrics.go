@@ -5,6 +5,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
+// kdefer-controller serves the metrics over HTTPS to requests whose bearer
+// token the apiserver authenticates and authorizes (cmd/kdefer-controller/app
+// MetricsOptions), which needs:
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // Metrics are kdefer's own Prometheus metrics, registered in
 // controller-runtime's registry next to its workqueue and client metrics.
 var Metrics = struct {

@@ -40,7 +40,9 @@ func run(ctx context.Context, args []string) int {
 		kubeconfig  string
 		showVersion bool
 	)
-	fs.StringVar(&mo.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	fs.StringVar(&mo.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	fs.BoolVar(&mo.MetricsInsecure, "metrics-insecure", false, "serve /metrics over plain HTTP without authentication (default: HTTPS, to bearer tokens allowed GET /metrics, e.g. by ClusterRole kdefer-metrics-reader)")
+	fs.StringVar(&mo.MetricsCertDir, "metrics-cert-dir", "", "directory of the metrics server's tls.crt and tls.key (default: a self-signed certificate)")
 	fs.StringVar(&mo.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables them)")
 	fs.BoolVar(&mo.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease "+app.LeaderElectionID+")")
 	fs.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
