@@ -56,6 +56,17 @@ func TestShouldRelease(t *testing.T) {
 			r.Status.Conditions = finished(v1.DeferRunFailed, "x", t0)
 			r.Annotations = map[string]string{v1.AnnotationRelease: "true"}
 		}), want{Release: true}},
+		"succeeded incomplete, default Retain": {run(func(r *v1.DeferRun) {
+			r.Status.Conditions = append(finished(v1.DeferRunSucceeded, "Succeeded", t0), finished(v1.DeferRunIncomplete, v1.ReasonUnsavedFiles, t0)...)
+		}), want{}},
+		"succeeded incomplete, retainFor not yet due": {run(func(r *v1.DeferRun) {
+			r.Status.Conditions = append(finished(v1.DeferRunSucceeded, "Succeeded", t0), finished(v1.DeferRunIncomplete, v1.ReasonUnsavedFiles, t0)...)
+			r.Spec.Policy.OnFailure = &v1.OnFailure{Volume: v1.VolumeRetain, RetainFor: &metav1.Duration{Duration: time.Hour}}
+		}), want{Due: t0.Add(time.Hour)}},
+		"succeeded incomplete, released by hand": {run(func(r *v1.DeferRun) {
+			r.Status.Conditions = append(finished(v1.DeferRunSucceeded, "Succeeded", t0), finished(v1.DeferRunIncomplete, v1.ReasonUnsavedFiles, t0)...)
+			r.Annotations = map[string]string{v1.AnnotationRelease: "true"}
+		}), want{Release: true}},
 		"failed, run deleted": {run(func(r *v1.DeferRun) {
 			r.Status.Conditions = finished(v1.DeferRunFailed, "x", t0)
 			r.DeletionTimestamp = &metav1.Time{Time: t0}
@@ -229,6 +240,11 @@ func TestJobSummary(t *testing.T) {
 		"all staged":  {[]v1.DeferRun{r(v1.DeferRunSucceeded), r(v1.DeferRunSucceeded), r(v1.DeferRunSucceeded)}, "3/3 staged out"},
 		"mixed":       {[]v1.DeferRun{r(v1.DeferRunSucceeded), r(v1.DeferRunFailed), r(v1.DeferRunSkipped), r("")}, "1/4 staged out, 1 failed, 1 skipped, 1 pending"},
 		"none staged": {[]v1.DeferRun{r(v1.DeferRunFailed)}, "0/1 staged out, 1 failed"},
+		"one incomplete": {[]v1.DeferRun{r(v1.DeferRunSucceeded), func() v1.DeferRun {
+			run := r(v1.DeferRunSucceeded)
+			run.Status.Conditions = append(run.Status.Conditions, finished(v1.DeferRunIncomplete, v1.ReasonUnsavedFiles, t0)...)
+			return run
+		}()}, "2/2 staged out, 1 incomplete"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -29,6 +29,33 @@ type DeferPodOptions struct {
 	StageImage string
 	// ImagePullPolicy of the stage-out step (default IfNotPresent).
 	ImagePullPolicy corev1.PullPolicy
+	// MaxDeadline caps every run's deadline, whatever its policy or Job
+	// annotation says (kdefer-controller --max-deadline; 0: no cap). The
+	// deadline bounds how long a defer pod holds its node: its disruption
+	// budget and the eviction guard make `kubectl drain` wait that long.
+	MaxDeadline time.Duration
+}
+
+// EffectiveDeadline is the deadline a run gets: the policy's (default
+// DefaultDeadline), capped by max when max > 0.
+func EffectiveDeadline(pol *v1.DeferPolicySpec, max time.Duration) time.Duration {
+	d := v1.DefaultDeadline
+	if pol.Deadline != nil && pol.Deadline.Duration > 0 {
+		d = pol.Deadline.Duration
+	}
+	if max > 0 && d > max {
+		d = max
+	}
+	return d
+}
+
+// runDeadline is the deadline run was given when it was triggered
+// (status.deadline), or the one it gets now.
+func runDeadline(run *v1.DeferRun, opts DeferPodOptions) time.Duration {
+	if d := run.Status.Deadline; d != nil && d.Duration > 0 {
+		return d.Duration
+	}
+	return EffectiveDeadline(&run.Spec.Policy, opts.MaxDeadline)
 }
 
 // Step is one step of a defer run, in order.
@@ -129,10 +156,7 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	for _, s := range steps[:len(steps)-1] {
 		inits = append(inits, s.Container)
 	}
-	deadline := int64(v1.DefaultDeadline / time.Second)
-	if pol.Deadline != nil && pol.Deadline.Duration > 0 {
-		deadline = int64(pol.Deadline.Duration / time.Second)
-	}
+	deadline := int64(runDeadline(run, opts) / time.Second)
 	nodeLost := int64(v1.DefaultNodeLostTimeout / time.Second)
 	if pol.NodeLostTimeout != nil {
 		nodeLost = int64(pol.NodeLostTimeout.Duration / time.Second)

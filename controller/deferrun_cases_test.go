@@ -141,40 +141,85 @@ func TestReleaseByHand(t *testing.T) {
 	}
 }
 
-// A missing credentials Secret: ConfigError naming it, volume kept, no defer
-// pod; once the Secret exists the run proceeds.
+// A missing credentials Secret: kdefer cannot read Secrets (least
+// privilege), so the defer pod is created and the kubelet says the Secret
+// is missing (CreateContainerConfigError); the run shows ConfigError naming
+// it and the fix, keeps the volume, and proceeds once the Secret exists and
+// the step starts. If the deadline passes first, the run fails with reason
+// ConfigError.
 func TestMissingSecret(t *testing.T) {
-	job, pod, pvc, n := worldObjects()
-	pod.Annotations[v1.AnnotationCredentials] = "s3-creds"
-	w := newFakeWorld(t, job, pod, pvc, n)
-	w.settle()
-	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
-	w.settle()
-	run := &v1.DeferRun{}
-	_ = w.c.Get(context.Background(), w.key, run)
-	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1.ReasonSecretNotFound || !strings.Contains(c.Message, "ns/s3-creds") {
-		t.Fatalf("ConfigError condition %+v", c)
+	waiting := func(dp *corev1.Pod) {
+		dp.Status.Phase = corev1.PodPending
+		dp.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: v1.StageOutStepName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "CreateContainerConfigError", Message: `secret "s3-creds" not found`}}}}
 	}
-	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("defer pod created without its Secret: %v", err)
+	start := func(t *testing.T) (*fakeWorld, *corev1.Pod) {
+		job, pod, pvc, n := worldObjects()
+		pod.Annotations[v1.AnnotationCredentials] = "s3-creds"
+		w := newFakeWorld(t, job, pod, pvc, n)
+		w.settle()
+		w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Succeeded().Obj().Status })
+		w.settle()
+		dp := &corev1.Pod{}
+		if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); err != nil {
+			t.Fatalf("no defer pod: %v", err)
+		}
+		if dp.Spec.Containers[0].EnvFrom[0].SecretRef.Name != "s3-creds" {
+			t.Errorf("stage-out envFrom %+v", dp.Spec.Containers[0].EnvFrom)
+		}
+		w.status(dp, func() { waiting(dp) })
+		w.clock.Step(11 * time.Second)
+		w.settle()
+		run := &v1.DeferRun{}
+		_ = w.c.Get(context.Background(), w.key, run)
+		c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1.ReasonSecretNotFound || !strings.Contains(c.Message, "ns/s3-creds") ||
+			!strings.Contains(c.Message, "kubectl create secret generic s3-creds") {
+			t.Fatalf("ConfigError condition %+v", c)
+		}
+		return w, dp
 	}
-	if err := w.base.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-creds", Namespace: "ns"}}); err != nil {
-		t.Fatal(err)
-	}
-	w.clock.Step(11 * time.Second)
-	w.settle()
-	dp := &corev1.Pod{}
-	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, dp); err != nil {
-		t.Fatalf("no defer pod once the Secret exists: %v", err)
-	}
-	if dp.Spec.Containers[0].EnvFrom[0].SecretRef.Name != "s3-creds" {
-		t.Errorf("stage-out envFrom %+v", dp.Spec.Containers[0].EnvFrom)
-	}
-	_ = w.c.Get(context.Background(), w.key, run)
-	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError); c.Status != metav1.ConditionFalse {
-		t.Errorf("ConfigError still %s", c.Status)
-	}
+	t.Run("created later", func(t *testing.T) {
+		w, dp := start(t)
+		writes := len(w.writes.Writes())
+		w.clock.Step(11 * time.Second)
+		w.settle()
+		if n := len(w.writes.Writes()); n != writes {
+			t.Errorf("%d writes while nothing changed", n-writes)
+		}
+		w.status(dp, func() {
+			dp.Status.Phase = corev1.PodRunning
+			dp.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		})
+		w.settle()
+		run := &v1.DeferRun{}
+		_ = w.c.Get(context.Background(), w.key, run)
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError); c.Status != metav1.ConditionFalse || c.Reason != v1.ReasonResolved {
+			t.Errorf("ConfigError once the step runs: %+v", c)
+		}
+		w.status(dp, func() { kt.FinishDeferPod(dp, 0, 0, nil, false) })
+		w.settle()
+		_ = w.c.Get(context.Background(), w.key, run)
+		if !meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunSucceeded) {
+			t.Errorf("run not Succeeded: %+v", run.Status.Conditions)
+		}
+	})
+	t.Run("deadline first", func(t *testing.T) {
+		w, dp := start(t)
+		w.status(dp, func() {
+			dp.Status.Phase, dp.Status.Reason, dp.Status.Message = corev1.PodFailed, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+		})
+		w.settle()
+		run := &v1.DeferRun{}
+		_ = w.c.Get(context.Background(), w.key, run)
+		c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1.ReasonConfigError || !strings.Contains(c.Message, "ns/s3-creds") {
+			t.Errorf("Failed condition %+v, want reason ConfigError naming the Secret", c)
+		}
+		if meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
+			t.Error("volume released; the default onFailure is Retain")
+		}
+	})
 }
 
 // The node is lost but the volume is network storage: after the timeout the

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,39 +17,6 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/render"
 )
-
-// secretTTL is how long a Secret seen to exist is not read again.
-const secretTTL = 10 * time.Second
-
-// secretExists reads whether a Secret exists, from secretSeen while it is
-// fresh. A missing Secret is read again every time.
-func (r *RunReconciler) secretExists(ctx context.Context, key types.NamespacedName, now time.Time) (bool, error) {
-	r.secretMu.Lock()
-	seen, ok := r.secretSeen[key]
-	r.secretMu.Unlock()
-	if ok && now.Sub(seen) < secretTTL {
-		return true, nil
-	}
-	sec := &metav1.PartialObjectMetadata{}
-	sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := r.apiReader.Get(ctx, key, sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading credentials Secret %s: %w", key, err)
-	}
-	r.secretMu.Lock()
-	defer r.secretMu.Unlock()
-	if len(r.secretSeen) > 1024 {
-		for k, t := range r.secretSeen {
-			if now.Sub(t) >= secretTTL {
-				delete(r.secretSeen, k)
-			}
-		}
-	}
-	r.secretSeen[key] = now
-	return true, nil
-}
 
 // checked is what a check tells execute.
 type checked int
@@ -65,8 +33,10 @@ const (
 )
 
 // checkConfig re-resolves a policy that could not be resolved when the run
-// was armed, and checks the credentials Secret exists. It keeps the volume
-// and waits (within the deadline) while something is missing.
+// was armed. It keeps the volume and waits (within the deadline) while the
+// policy is missing. Whether the credentials Secret exists is not checked
+// here: kdefer may not read Secrets (least privilege), so the defer pod is
+// created and its kubelet tells (stepConfigProblem).
 func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, error) {
 	run := s.run
 	problem, reason := "", ""
@@ -92,33 +62,61 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 			reason = v1.ReasonBadAnnotation
 		}
 	}
-	if problem == "" && run.Spec.Policy.Credentials != nil && run.Spec.Policy.StageOut != nil && s.status.DeferPodName == "" {
-		name := run.Spec.Policy.Credentials.Name
-		found, err := r.secretExists(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, s.now)
-		switch {
-		case err != nil:
-			return decided, err
-		case !found:
-			problem, reason = fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...)", run.Namespace, name, name), v1.ReasonSecretNotFound
-		}
-	}
 	if problem == "" {
-		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue {
-			s.cond(v1.DeferRunConfigError, false, v1.ReasonResolved, "configuration resolved")
-			s.events = append(s.events, event{corev1.EventTypeNormal, v1.ReasonResolved, "configuration resolved; the run proceeds", false})
+		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue && !stepReason(c.Reason) {
+			configResolved(s)
 		}
 		return proceed, nil
 	}
-	deadline := s.status.TriggeredAt.Add(run.Spec.Policy.Deadline.Duration)
+	deadline := s.status.TriggeredAt.Add(runDeadline(s.view(), r.opts))
 	if !s.now.Before(deadline) {
 		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
 	}
+	configError(s, reason, problem)
+	s.requeueAt(s.now.Add(10 * time.Second))
+	return decided, nil
+}
+
+// configError sets ConfigError True, with an event when the problem is new.
+func configError(s *runState, reason, problem string) {
 	if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c == nil || c.Status != metav1.ConditionTrue || c.Message != problem {
 		s.events = append(s.events, event{corev1.EventTypeWarning, reason, problem, false})
 	}
 	s.cond(v1.DeferRunConfigError, true, reason, problem)
-	s.requeueAt(s.now.Add(10 * time.Second))
-	return decided, nil
+}
+
+// configResolved sets a True ConfigError False, with an event.
+func configResolved(s *runState) {
+	s.cond(v1.DeferRunConfigError, false, v1.ReasonResolved, "configuration resolved")
+	s.events = append(s.events, event{corev1.EventTypeNormal, v1.ReasonResolved, "configuration resolved; the run proceeds", false})
+}
+
+// stepReason says whether a ConfigError reason is one the defer pod's
+// kubelet reported (stepConfigProblem), which only the pod can resolve.
+func stepReason(reason string) bool {
+	return reason == v1.ReasonSecretNotFound || reason == v1.ReasonStepConfig
+}
+
+// kubeletSecretNotFound is how the kubelet says a Secret a container needs
+// is missing (CreateContainerConfigError).
+var kubeletSecretNotFound = regexp.MustCompile(`secret "([^"]+)" not found`)
+
+// stepConfigProblem turns a step the kubelet cannot start for want of a
+// Secret or ConfigMap into the run's ConfigError reason and problem, with
+// the fix; "" if no step is blocked.
+func stepConfigProblem(run *v1.DeferRun, o Outcome) (reason, problem string) {
+	if o.Blocked == nil {
+		return "", ""
+	}
+	ns, step := run.Namespace, o.Blocked.Step
+	m := kubeletSecretNotFound.FindStringSubmatch(o.Blocked.Message)
+	switch {
+	case m != nil && run.Spec.Policy.Credentials != nil && m[1] == run.Spec.Policy.Credentials.Name:
+		return v1.ReasonSecretNotFound, fmt.Sprintf("Secret %s/%s named as stage-out credentials does not exist: create it (e.g. kubectl create secret generic %s --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...); the defer pod waits for it until the run's deadline", ns, m[1], m[1])
+	case m != nil:
+		return v1.ReasonSecretNotFound, fmt.Sprintf("Secret %s/%s that step %s needs does not exist: create it; the defer pod waits for it until the run's deadline", ns, m[1], step)
+	}
+	return v1.ReasonStepConfig, fmt.Sprintf("step %s cannot start: %s; fix what it names in namespace %s; the defer pod waits until the run's deadline", step, o.Blocked.Message, ns)
 }
 
 // resolvePolicy computes the effective policy from the named DeferPolicy and

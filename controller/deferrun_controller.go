@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -30,24 +29,19 @@ import (
 // the TTL.
 type RunReconciler struct {
 	client    client.Client
-	apiReader client.Reader // uncached reads (Secrets: never cached)
+	apiReader client.Reader // uncached reads (PVCs a moment old, PVs)
 	recorder  events.EventRecorder
 	clock     clock.Clock
 	opts      DeferPodOptions
 	exp       ownWrites
 
-	secretMu sync.Mutex
-	// secretSeen is when each credentials Secret was last seen to exist,
-	// for secretTTL: Secrets are not cached, so without it every run of a
-	// burst would read its Secret from the apiserver before its defer pod.
-	secretSeen map[types.NamespacedName]time.Time
 	// created counts defer pod creations, to tell a burst (bookkeepingAt).
 	created creationRate
 }
 
 // NewRunReconciler returns the DeferRun reconciler.
 func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.EventRecorder, clk clock.Clock, opts DeferPodOptions) *RunReconciler {
-	return &RunReconciler{client: c, apiReader: apiReader, recorder: rec, clock: clk, opts: opts, secretSeen: map[types.NamespacedName]time.Time{}}
+	return &RunReconciler{client: c, apiReader: apiReader, recorder: rec, clock: clk, opts: opts}
 }
 
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get;list;watch;create;update;patch;delete
@@ -58,7 +52,6 @@ func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.Event
 // The defer pod's owner references to its PVCs block their deletion; where the
 // OwnerReferencesPermissionEnforcement admission plugin is on, that needs:
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create
@@ -233,6 +226,12 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	if c, err := r.checkConfig(ctx, s); c == decided || err != nil {
 		return endWrite, err
 	}
+	if s.status.Deadline == nil {
+		// Recorded once the policy is resolved (a policy created after the
+		// run was armed brings its own deadline), and kept: a controller
+		// restarted with another cap does not change a started run's.
+		s.status.Deadline = &metav1.Duration{Duration: EffectiveDeadline(&run.Spec.Policy, r.opts.MaxDeadline)}
+	}
 	steps := Steps(s.view(), r.opts)
 	if len(steps) == 0 {
 		reason := v1.ReasonNothingToRun
@@ -284,6 +283,9 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	if s.finishedNow {
 		Metrics.Runs.WithLabelValues(string(s.status.Trigger), s.status.State).Inc()
 		Metrics.StageBytes.Add(float64(s.status.Bytes))
+		if meta.IsStatusConditionTrue(s.status.Conditions, v1.DeferRunIncomplete) {
+			Metrics.Incomplete.Inc()
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -122,6 +123,22 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 	if o.Summary != nil {
 		s.status.Bytes, s.status.Objects, s.status.Skipped = o.Summary.Bytes, o.Summary.Objects, o.Summary.Skipped
 		s.status.ManifestURL = o.Summary.ManifestURL
+		s.status.Unsaved = o.Summary.Unsaved
+	}
+	reason, problem := stepConfigProblem(s.run, o)
+	c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError)
+	stepBlocked := c != nil && c.Status == metav1.ConditionTrue && stepReason(c.Reason)
+	switch {
+	case o.Failed && o.Reason == v1.ReasonDeadlineExceeded && (problem != "" || stepBlocked):
+		// The step never started: say why, not just that time ran out.
+		if problem == "" {
+			problem = c.Message
+		}
+		return endWrite, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", pod)
+	case problem != "" && !o.Done:
+		configError(s, reason, problem)
+	case stepBlocked:
+		configResolved(s)
 	}
 	if !o.Done {
 		if at := bookkeepingAt(pod.CreationTimestamp.Time, s.now, r.created.burst(s.now)); s.run.Status.Trigger == "" && !at.IsZero() {
@@ -140,6 +157,14 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 	msg := "every step succeeded"
 	if o.Summary != nil {
 		msg = fmt.Sprintf("staged out %d objects (%d bytes, %d already there) to %s", o.Summary.Objects, o.Summary.Bytes, o.Summary.Skipped, o.Summary.ManifestURL)
+	}
+	if o.Summary != nil && o.Summary.Unsaved > 0 {
+		// Set before finish: handleVolume keeps the volume of an
+		// incomplete run, as it keeps a failed one's.
+		inc := fmt.Sprintf("%d files could not be staged out (listed with their reasons under \"unsaved\" in %s); the work volume is kept with them: inspect it, then release it with `kdefer release -n %s deferrun/%s`",
+			o.Summary.Unsaved, o.Summary.ManifestURL, s.run.Namespace, s.run.Name)
+		s.cond(v1.DeferRunIncomplete, true, v1.ReasonUnsavedFiles, inc)
+		s.events = append(s.events, event{corev1.EventTypeWarning, v1.EventIncomplete, inc, false})
 	}
 	return endWrite, r.finish(ctx, s, v1.DeferRunSucceeded, v1.ReasonSucceeded, msg, pod)
 }

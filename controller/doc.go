@@ -28,7 +28,7 @@
 //	    |  a node NotReady for nodeLostTimeout counts as an end (NodeLost)
 //	    v
 //	execute:  skip asked, released by hand, force-deleted ---------> Skipped
-//	    |     policy or Secret missing: ConfigError=True, wait;
+//	    |     policy missing: ConfigError=True, wait;
 //	    |       fixed -> ConfigError=False; deadline passed -------> Failed
 //	    |     no step for the trigger -----------------------------> Skipped
 //	    |     node NotReady: StagingOut=False (NodeNotReady), wait;
@@ -38,13 +38,16 @@
 //	    |                  no work PVC left ---------------------> Skipped
 //	    v  bookkeeping pass (bookkeepingDelay; skipped if the pod is done first)
 //	StagingOut=True        Armed, Triggered and the trigger stored
+//	    |  a step's Secret missing (its kubelet says): ConfigError=True, wait;
+//	    |    the step starts -> ConfigError=False; deadline ------> Failed
 //	    |  defer pod done (Observe)
 //	    v
 //	Succeeded | Failed (PermanentError, RetriesExhausted, DeadlineExceeded,
 //	    |              DeferPodFailed)
+//	    |  Succeeded with unsaved files: Incomplete=True (UnsavedFiles)
 //	    v  finish (every final state): stop the defer pod, handle the volume
 //	VolumeReleased=True    Succeeded, Skipped, onFailure Release
-//	VolumeReleased=False   Retained (Failed, by default) until retainFor
+//	VolumeReleased=False   Retained (Failed or Incomplete, by default) until retainFor
 //	    |                  passes or `kdefer release` (v1alpha1.AnnotationRelease)
 //	    v
 //	pod finalizer removed (pod side); after the TTL the run is deleted

@@ -39,11 +39,14 @@ type harness struct {
 	writes  *kt.WriteCounter
 	mu      sync.Mutex
 	stopMgr func()
+	// deferPod are the defer pod options the manager starts with.
+	deferPod controller.DeferPodOptions
 }
 
 func newHarness(t *testing.T) *harness {
 	env := envtest.Start(t)
-	h := &harness{t: t, env: env, c: env.Client, writes: &kt.WriteCounter{}}
+	h := &harness{t: t, env: env, c: env.Client, writes: &kt.WriteCounter{},
+		deferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}}
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	must(t, h.c.Create(ctx, n))
@@ -79,7 +82,7 @@ func (h *harness) start() {
 		NewClient:               h.writes.NewClient,
 	})
 	must(h.t, err)
-	must(h.t, controller.SetupWithManager(ctx, mgr, controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}, Workers: 4}))
+	must(h.t, controller.SetupWithManager(ctx, mgr, controller.Options{DeferPod: h.deferPod, Workers: 4}))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -32,6 +32,7 @@ func TestEnvtest(t *testing.T) {
 	t.Run("adoption replaces a deleting pod's owner reference", func(t *testing.T) { h.t = t; testAdoptDeleting(h) })
 	t.Run("run deleted before it finished stops and releases", func(t *testing.T) { h.t = t; testRunDeleted(h) })
 	t.Run("one disruption budget per namespace", func(t *testing.T) { h.t = t; testPDB(h) })
+	t.Run("incomplete stage-out keeps the volume", func(t *testing.T) { h.t = t; testIncomplete(h) })
 	h.stop()
 	t.Run("manager down for the pod's whole life", func(t *testing.T) { h.t = t; testDowntime(h) })
 	t.Run("crash points", func(t *testing.T) { h.t = t; testCrashPoints(h) })

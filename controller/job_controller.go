@@ -20,14 +20,19 @@ import (
 )
 
 // JobSummary is the kdefer.io/summary annotation of a Job for its runs, e.g.
-// "3/3 staged out" or "1/3 staged out, 1 failed, 1 skipped, 0 running".
+// "3/3 staged out" or "1/3 staged out, 1 failed, 1 skipped, 0 running"; a
+// succeeded run that is Incomplete counts as staged out and is named too
+// ("2/2 staged out, 1 incomplete"): its volume is kept.
 func JobSummary(runs []v1.DeferRun) string {
-	var ok, failed, skipped, open int
+	var ok, incomplete, failed, skipped, open int
 	for i := range runs {
 		c := runs[i].Status.Conditions
 		switch {
 		case meta.IsStatusConditionTrue(c, v1.DeferRunSucceeded):
 			ok++
+			if meta.IsStatusConditionTrue(c, v1.DeferRunIncomplete) {
+				incomplete++
+			}
 		case meta.IsStatusConditionTrue(c, v1.DeferRunFailed):
 			failed++
 		case meta.IsStatusConditionTrue(c, v1.DeferRunSkipped):
@@ -37,6 +42,9 @@ func JobSummary(runs []v1.DeferRun) string {
 		}
 	}
 	parts := []string{fmt.Sprintf("%d/%d staged out", ok, len(runs))}
+	if incomplete > 0 {
+		parts = append(parts, fmt.Sprintf("%d incomplete", incomplete))
+	}
 	if failed > 0 {
 		parts = append(parts, fmt.Sprintf("%d failed", failed))
 	}

@@ -5,10 +5,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
+// kdefer-controller serves the metrics over HTTPS to requests whose bearer
+// token the apiserver authenticates and authorizes (cmd/kdefer-controller/app
+// MetricsOptions), which needs:
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // Metrics are kdefer's own Prometheus metrics, registered in
 // controller-runtime's registry next to its workqueue and client metrics.
 var Metrics = struct {
 	Runs       *prometheus.CounterVec
+	Incomplete prometheus.Counter
 	StageBytes prometheus.Counter
 	Reaction   prometheus.Histogram
 	Writes     *prometheus.CounterVec
@@ -16,6 +23,9 @@ var Metrics = struct {
 	Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kdefer_runs_total", Help: "Finished defer runs by trigger and result (Succeeded, Failed, Skipped).",
 	}, []string{"trigger", "result"}),
+	Incomplete: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kdefer_runs_incomplete_total", Help: "Succeeded defer runs whose stage-out could not store every file (their volumes are kept).",
+	}),
 	StageBytes: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kdefer_stage_out_bytes_total", Help: "Bytes uploaded by stage-out steps, from their summaries.",
 	}),
@@ -30,5 +40,5 @@ var Metrics = struct {
 }
 
 func init() {
-	metrics.Registry.MustRegister(Metrics.Runs, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes)
+	metrics.Registry.MustRegister(Metrics.Runs, Metrics.Incomplete, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes)
 }

@@ -17,10 +17,21 @@ type Outcome struct {
 	Steps []v1.StepStatus
 	// Summary is the stage-out step's StageSummary, once it has one.
 	Summary *stagecontract.StageSummary
+	// Blocked is the first step the kubelet cannot start for want of a
+	// Secret or ConfigMap (CreateContainerConfigError); it waits for it.
+	Blocked *BlockedStep
 	// Done and Failed: the run is over; Reason/Message say why it failed.
 	Done, Failed    bool
 	Reason, Message string
 }
+
+// BlockedStep is a step the kubelet cannot start, with its message.
+type BlockedStep struct{ Step, Message string }
+
+// reasonCreateContainerConfigError is the kubelet's waiting reason for a
+// container whose Secret or ConfigMap is missing; it retries until it
+// exists.
+const reasonCreateContainerConfigError = "CreateContainerConfigError"
 
 // Observe reads a defer pod's status. retryLimit is how often a failed step
 // is retried; a step that exits with the stage binary's permanent or usage
@@ -37,6 +48,9 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 		if !ok {
 			o.Steps = append(o.Steps, step)
 			continue
+		}
+		if w := s.State.Waiting; w != nil && w.Reason == reasonCreateContainerConfigError && o.Blocked == nil {
+			o.Blocked = &BlockedStep{Step: c.Name, Message: w.Message}
 		}
 		term := s.State.Terminated
 		if term == nil {
@@ -57,6 +71,9 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 						step.Message = truncate(sum.Error, 512)
 					} else {
 						step.Message = fmt.Sprintf("%d objects, %d bytes uploaded, %d already there", sum.Objects, sum.Bytes, sum.Skipped)
+						if sum.Unsaved > 0 {
+							step.Message += fmt.Sprintf(", %d files not saved", sum.Unsaved)
+						}
 					}
 				}
 			}

@@ -12,14 +12,18 @@ import (
 // otherwise when a retained one is due (zero: kept until released by hand).
 // Succeeded and skipped runs release at once (the pod is terminal, nothing
 // uses the volume, and its disk is freed now rather than when the Job is
-// cleaned up); failed runs follow policy.onFailure (default Retain); a run
-// annotated kdefer.io/release (by `kdefer release`) or being deleted
-// releases.
+// cleaned up); failed runs, and succeeded runs that are Incomplete (files
+// the stage-out could not store are still on the volume only), follow
+// policy.onFailure (default Retain); a run annotated kdefer.io/release (by
+// `kdefer release`) or being deleted releases.
 func ShouldRelease(run *v1.DeferRun, now time.Time) (bool, time.Time) {
 	if run.Annotations[v1.AnnotationRelease] == "true" || run.DeletionTimestamp != nil {
 		return true, time.Time{}
 	}
 	failed := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed)
+	if failed == nil || failed.Status != "True" {
+		failed = meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunIncomplete)
+	}
 	if failed == nil || failed.Status != "True" {
 		return true, time.Time{}
 	}

@@ -17,10 +17,10 @@ import (
 
 // TestReleaseUnderRetainPolicy: with deploy/'s retained-volume admission
 // policy enforced and the manager acting as kdefer's ServiceAccount, as
-// deployed, a succeeded run still releases its volume; a failed run keeps
-// it against a user's delete, and `kdefer release` (the annotation) then
-// releases it: every release is kdefer's own delete, which the policy lets
-// through.
+// deployed, a succeeded run still releases its volume; a failed run, and a
+// succeeded run that is Incomplete, keep it against a user's delete, and
+// `kdefer release` (the annotation) then releases it: every release is
+// kdefer's own delete, which the policy lets through.
 func TestReleaseUnderRetainPolicy(t *testing.T) {
 	h := newHarness(t)
 	h.env.InstallRetainPolicy(t)
@@ -41,28 +41,43 @@ func TestReleaseUnderRetainPolicy(t *testing.T) {
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	h.eventually("a succeeded run's volume released", func() (bool, error) { return h.pvcGone(ok) })
 
-	_, bad := h.managedJobPod(ns, "bad")
-	run = h.waitArmed(bad)
-	h.updatePodStatus(bad, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
-	h.finishDeferPod(h.waitDeferPod(run), stagecontract.ExitPermanent, 0, &stagecontract.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, false)
-	h.waitFinished(run, v1.DeferRunFailed)
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: bad.Name + "-" + v1.DefaultWorkVolumeName}}
-	must(t, h.get(pvc))
-	err := alice.Delete(ctx, pvc)
-	if err == nil || !strings.Contains(err.Error(), "kept by DeferRun "+run.Name) || !strings.Contains(err.Error(), "kdefer release -n "+ns+" deferrun/"+run.Name) {
-		t.Fatalf("a user's delete of a retained volume: %v, want refused naming the run and kdefer release", err)
+	// A failed run, and a succeeded run that could not save every file
+	// (Incomplete), keep the volume against a user's delete until `kdefer
+	// release`.
+	sum := *okSummary
+	sum.Unsaved = 1
+	for _, tc := range []struct {
+		name string
+		code int32
+		sum  *stagecontract.StageSummary
+		want string
+	}{
+		{"bad", stagecontract.ExitPermanent, &stagecontract.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, v1.DeferRunFailed},
+		{"partial", 0, &sum, v1.DeferRunIncomplete},
+	} {
+		_, pod := h.managedJobPod(ns, tc.name)
+		run := h.waitArmed(pod)
+		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
+		h.finishDeferPod(h.waitDeferPod(run), tc.code, 0, tc.sum, false)
+		h.waitFinished(run, tc.want)
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name + "-" + v1.DefaultWorkVolumeName}}
+		must(t, h.get(pvc))
+		err := alice.Delete(ctx, pvc)
+		if err == nil || !strings.Contains(err.Error(), "kept by DeferRun "+run.Name) || !strings.Contains(err.Error(), "kdefer release -n "+ns+" deferrun/"+run.Name) {
+			t.Fatalf("%s: a user's delete of a retained volume: %v, want refused naming the run and kdefer release", tc.name, err)
+		}
+		h.eventually("kdefer release annotation written", func() (bool, error) {
+			if err := h.get(run); err != nil {
+				return false, err
+			}
+			orig := run.DeepCopy()
+			if run.Annotations == nil {
+				run.Annotations = map[string]string{}
+			}
+			run.Annotations[v1.AnnotationRelease] = "true"
+			err := alice.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+			return err == nil, err
+		})
+		h.eventually(tc.name+": the retained volume released by kdefer release", func() (bool, error) { return h.pvcGone(pod) })
 	}
-	h.eventually("kdefer release annotation written", func() (bool, error) {
-		if err := h.get(run); err != nil {
-			return false, err
-		}
-		orig := run.DeepCopy()
-		if run.Annotations == nil {
-			run.Annotations = map[string]string{}
-		}
-		run.Annotations[v1.AnnotationRelease] = "true"
-		err := alice.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-		return err == nil, err
-	})
-	h.eventually("the retained volume released by kdefer release", func() (bool, error) { return h.pvcGone(bad) })
 }

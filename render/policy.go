@@ -25,6 +25,9 @@ const effectivePolicy = "effective policy (DeferPolicy with the Job's kdefer.io 
 // trigger it does not list in front of them, so the policy's per-trigger
 // rules still shape the triggers it does list.
 //
+// A field the policy locks (spec.locked) is not overridden: an annotation
+// that would is an error naming it and the fix.
+//
 // On error it still returns the policy it could build, so callers can go on
 // and report every other problem too.
 func EffectivePolicy(policy *v1.DeferPolicySpec, annotations map[string]string) (v1.DeferPolicySpec, error) {
@@ -39,6 +42,20 @@ func EffectivePolicy(policy *v1.DeferPolicySpec, annotations map[string]string) 
 	}
 	fail := func(key, problem, fix string) {
 		errs = append(errs, &v1.AnnotationError{Key: key, Value: annotations[key], Problem: problem, Fix: fix})
+	}
+	if policy != nil {
+		for _, f := range policy.Locked {
+			for _, key := range v1.LockedAnnotations[f] {
+				if _, ok := annotations[key]; !ok {
+					continue
+				}
+				fail(key, fmt.Sprintf("overrides the DeferPolicy's %s, which the policy locks (spec.locked)", f),
+					fmt.Sprintf("remove the annotation and use the policy's %s, or ask the policy's owner for another policy", f))
+			}
+		}
+		// Locked fields keep the policy's values: never build (or report
+		// problems of) what the Job is not allowed to ask for.
+		lockedOut(a, policy.Locked)
 	}
 
 	if a.StageOut != nil || a.StageOutPath != nil || a.Include != nil || a.Exclude != nil {
@@ -138,6 +155,20 @@ func EffectivePolicy(policy *v1.DeferPolicySpec, annotations map[string]string) 
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// lockedOut drops from a the annotations the locked fields forbid.
+func lockedOut(a *v1.Annotations, locked []v1.LockedField) {
+	for _, f := range locked {
+		switch f {
+		case v1.LockedStageOut:
+			a.StageOut, a.StageOutPath, a.Include, a.Exclude = nil, nil, nil, nil
+		case v1.LockedStageIn:
+			a.StageIn, a.StageInPath = nil, nil
+		case v1.LockedCredentials:
+			a.Credentials = nil
+		}
+	}
 }
 
 // clusterRules checks an effective policy against what this cluster allows

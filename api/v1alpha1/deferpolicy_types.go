@@ -10,7 +10,22 @@ import (
 // main containers end. Jobs name a policy with the kdefer.io/policy
 // annotation; their other kdefer.io annotations override its fields.
 // +kubebuilder:validation:XValidation:rule="has(self.stageOut) || (has(self.deferContainers) && size(self.deferContainers) > 0)",message="a policy needs stageOut or at least one entry in deferContainers: set spec.stageOut.url"
+// +kubebuilder:validation:XValidation:rule="!has(self.locked) || !('stageOut' in self.locked) || has(self.stageOut)",message="spec.locked holds stageOut but spec.stageOut is not set: set spec.stageOut.url (the destination Jobs cannot change), or remove stageOut from spec.locked"
+// +kubebuilder:validation:XValidation:rule="!has(self.locked) || !('stageIn' in self.locked) || has(self.stageIn)",message="spec.locked holds stageIn but spec.stageIn is not set: set spec.stageIn (the sources Jobs cannot change), or remove stageIn from spec.locked"
 type DeferPolicySpec struct {
+	// locked lists the fields of this policy that a Job's kdefer.io
+	// annotations may not override, so the policy's owner decides where
+	// outputs go and which credentials the stage steps hold: stageOut
+	// (kdefer.io/stage-out, stage-out-path, include, exclude), stageIn
+	// (kdefer.io/stage-in, stage-in-path) and credentials
+	// (kdefer.io/credentials). A Job that sets a locked annotation is
+	// refused, naming it. Locking credentials on a policy without
+	// credentials keeps every Secret out of its stage steps.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=3
+	Locked []LockedField `json:"locked,omitempty"`
+
 	// stageOut uploads the work volume (or a directory of it) to object
 	// storage; it runs first in every defer run.
 	// +optional
@@ -209,7 +224,25 @@ const (
 	TriggerActionSkip TriggerAction = "Skip"
 )
 
-// OnFailure says what happens to the work volume when a defer run fails.
+// LockedField is a DeferPolicy field Job annotations may not override.
+// +kubebuilder:validation:Enum=stageOut;stageIn;credentials
+type LockedField string
+
+const (
+	LockedStageOut    LockedField = "stageOut"
+	LockedStageIn     LockedField = "stageIn"
+	LockedCredentials LockedField = "credentials"
+)
+
+// LockedAnnotations are the annotations each locked field forbids.
+var LockedAnnotations = map[LockedField][]string{
+	LockedStageOut:    {AnnotationStageOut, AnnotationStageOutPath, AnnotationInclude, AnnotationExclude},
+	LockedStageIn:     {AnnotationStageIn, AnnotationStageInPath},
+	LockedCredentials: {AnnotationCredentials},
+}
+
+// OnFailure says what happens to the work volume when a defer run fails, or
+// succeeds Incomplete (its stage-out could not store every file).
 // +kubebuilder:validation:XValidation:rule="self.volume == 'Retain' || !has(self.retainFor)",message="onFailure.retainFor is only allowed with volume: Retain"
 type OnFailure struct {
 	// volume is Retain (default: keep the PVC for inspection or a rerun) or

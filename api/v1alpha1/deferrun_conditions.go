@@ -17,6 +17,10 @@ const (
 	DeferRunSkipped        = "Skipped"
 	DeferRunVolumeReleased = "VolumeReleased"
 	DeferRunConfigError    = "ConfigError"
+	// DeferRunIncomplete is True on a Succeeded run whose stage-out could
+	// not store every file (status.unsaved counts them; the manifest lists
+	// each with its reason): the volume is kept like a failed run's.
+	DeferRunIncomplete = "Incomplete"
 )
 
 // Reasons of a DeferRun's conditions. A trigger's name (TriggerSucceeded,
@@ -30,6 +34,9 @@ const (
 
 	// Succeeded.
 	ReasonSucceeded = "Succeeded"
+
+	// Incomplete: the stage-out exited 0 with unsaved files.
+	ReasonUnsavedFiles = "UnsavedFiles"
 
 	// Skipped.
 	ReasonSkipped          = "SkipRequested"
@@ -55,7 +62,11 @@ const (
 	// ConfigError True while the configuration is incomplete, then False
 	// with ReasonResolved.
 	ReasonPolicyNotFound = "PolicyNotFound"
+	// SecretNotFound and StepConfigError are reported by the defer pod's
+	// kubelet (kdefer does not read Secrets): a step waits for a Secret,
+	// or a ConfigMap, that does not exist.
 	ReasonSecretNotFound = "SecretNotFound"
+	ReasonStepConfig     = "StepConfigError"
 	ReasonBadAnnotation  = "InvalidAnnotation"
 	ReasonResolved       = "Resolved"
 
@@ -75,6 +86,8 @@ const (
 	// EventVolumeReleased: the work volume was deleted (progress; not
 	// repeated on the Job).
 	EventVolumeReleased = "VolumeReleased"
+	// EventIncomplete: the run succeeded without saving every file.
+	EventIncomplete = "Incomplete"
 )
 
 // AnnotationRelease ("true") on a DeferRun releases its volume by hand

@@ -112,7 +112,8 @@ type DeferRunStatus struct {
 	NodeName string `json:"nodeName,omitempty"`
 
 	// conditions: Armed, Triggered, StagingOut, Succeeded, Failed, Skipped,
-	// VolumeReleased, and ConfigError when the run waits for a fix.
+	// VolumeReleased, ConfigError when the run waits for a fix, and
+	// Incomplete when a stage-out could not store every file.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -146,9 +147,21 @@ type DeferRunStatus struct {
 	// +optional
 	Skipped int64 `json:"skipped,omitempty"`
 
+	// unsaved files the stage-out could not store (unreadable, vanished,
+	// not a regular file, ...), each listed with its reason in the
+	// manifest. Non-zero: the run is Incomplete and keeps its volume.
+	// +optional
+	Unsaved int64 `json:"unsaved,omitempty"`
+
 	// manifestURL of the manifest that marks the upload complete.
 	// +optional
 	ManifestURL string `json:"manifestURL,omitempty"`
+
+	// deadline of the run as it is enforced: the policy's deadline, capped
+	// by the cluster-wide maximum (kdefer-controller --max-deadline).
+	// Recorded when the run's configuration is complete.
+	// +optional
+	Deadline *metav1.Duration `json:"deadline,omitempty"`
 
 	// triggeredAt is when the pod's main containers were seen ended.
 	// +optional
@@ -189,6 +202,7 @@ type StepStatus struct {
 // +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.status.trigger`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`
+// +kubebuilder:printcolumn:name="Unsaved",type=integer,JSONPath=`.status.unsaved`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeferRun struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -40,13 +40,16 @@ func run(ctx context.Context, args []string) int {
 		kubeconfig  string
 		showVersion bool
 	)
-	fs.StringVar(&mo.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	fs.StringVar(&mo.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	fs.BoolVar(&mo.MetricsInsecure, "metrics-insecure", false, "serve /metrics over plain HTTP without authentication (default: HTTPS, to bearer tokens allowed GET /metrics, e.g. by ClusterRole kdefer-metrics-reader)")
+	fs.StringVar(&mo.MetricsCertDir, "metrics-cert-dir", "", "directory of the metrics server's tls.crt and tls.key (default: a self-signed certificate)")
 	fs.StringVar(&mo.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables them)")
 	fs.BoolVar(&mo.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease "+app.LeaderElectionID+")")
 	fs.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	fs.Float64Var(&qps, "kube-api-qps", app.DefaultKubeAPIQPS, "client-side QPS limit towards the apiserver (0: none; API Priority and Fairness still applies)")
 	fs.IntVar(&burst, "kube-api-burst", app.DefaultKubeAPIBurst, "client-side burst towards the apiserver")
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
+	fs.DurationVar(&mo.DeferPod.MaxDeadline, "max-deadline", app.DefaultMaxDeadline, "cap on every defer run's deadline, whatever a DeferPolicy or Job annotation asks (0: no cap); a defer pod makes kubectl drain wait at most this long")
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

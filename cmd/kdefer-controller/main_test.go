@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
@@ -29,9 +34,12 @@ func freePort(t *testing.T) int {
 }
 
 // The binary's wiring against a real apiserver: flags, leader election,
-// readiness, and kdefer's metrics on /metrics.
+// readiness, and kdefer's metrics on /metrics, over HTTPS, to a bearer
+// token the apiserver authenticates and authorizes (deploy/rbac's
+// kdefer-metrics-reader) only.
 func TestManagerBinary(t *testing.T) {
 	env := envtest.Start(t)
+	reader, stranger := metricsTokens(t, env)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
@@ -44,8 +52,17 @@ func TestManagerBinary(t *testing.T) {
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics), fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probes),
 			"--log-level", "error", "--kube-api-qps", "20", "--kube-api-burst", "40"})
 	}()
-	get := func(port int, path string) (int, string) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+	get := func(scheme string, port int, path, token string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, port, path), nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		// The metrics server's certificate is self-signed.
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
+		resp, err := hc.Do(req)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -55,10 +72,10 @@ func TestManagerBinary(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		code, _ := get(probes, "/readyz")
+		code, _ := get("http", probes, "/readyz", "")
 		lease := &coordinationv1.Lease{}
 		leaseErr := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: app.LeaderElectionID}, lease)
-		_, body := get(metrics, "/metrics")
+		_, body := get("https", metrics, "/metrics", reader)
 		if code == 200 && leaseErr == nil && lease.Spec.HolderIdentity != nil && strings.Contains(body, "kdefer_reaction_seconds") {
 			break
 		}
@@ -66,6 +83,15 @@ func TestManagerBinary(t *testing.T) {
 			t.Fatalf("not ready: readyz %d, lease %v, kdefer metrics present %v", code, leaseErr, strings.Contains(body, "kdefer_"))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if code, body := get("https", metrics, "/metrics", ""); code != http.StatusUnauthorized {
+		t.Errorf("metrics without a token: %d %.80q, want 401", code, body)
+	}
+	if code, body := get("https", metrics, "/metrics", stranger); code != http.StatusForbidden {
+		t.Errorf("metrics with a token not bound to kdefer-metrics-reader: %d %.80q, want 403", code, body)
+	}
+	if code, body := get("http", metrics, "/metrics", reader); code == http.StatusOK {
+		t.Errorf("metrics over plain HTTP: %d %.80q, want refused", code, body)
 	}
 	cancel()
 	select {
@@ -76,6 +102,34 @@ func TestManagerBinary(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("manager did not stop")
 	}
+}
+
+// metricsTokens returns the tokens of two ServiceAccounts: one bound to
+// deploy/rbac's kdefer-metrics-reader ClusterRole, one bound to nothing.
+func metricsTokens(t *testing.T, env *envtest.Env) (reader, stranger string) {
+	t.Helper()
+	ctx := context.Background()
+	envtest.Apply(t, env.Client, envtest.ReadObjects(t, "deploy/rbac/metrics_reader_role.yaml")...)
+	token := func(name string) string {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		if err := env.Client.Create(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		tr := &authenticationv1.TokenRequest{}
+		if err := env.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, stranger = token("prometheus"), token("stranger")
+	if err := env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-kdefer-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kdefer-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: "default"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return reader, stranger
 }
 
 func TestFlags(t *testing.T) {

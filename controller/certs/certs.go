@@ -125,7 +125,11 @@ func (o Options) dnsNames() []string {
 }
 
 // +kubebuilder:rbac:groups="",namespace=kdefer-system,resources=secrets,verbs=get;create;update
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;update
+//
+// The webhook configurations are read and updated by name only (no list or
+// watch): deploy/rbac/webhook_configurations_role.yaml grants get and update
+// on the default names, by resourceNames, which RBAC markers cannot say
+// (TestWebhookConfigurationRBAC keeps it in line with the defaults).
 
 // Rotator keeps the certificates current. It runs on every replica (no
 // leader election): each writes its own certificate directory.

@@ -20,6 +20,8 @@ import (
 const ValidateEvictionPath = "/validate-v1-pod-eviction"
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
+// +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get
 
 // ValidateEviction refuses, with 429 Too Many Requests, the eviction of a
 // Pending defer pod. The defer pods' PodDisruptionBudget covers Running
@@ -31,6 +33,11 @@ const ValidateEvictionPath = "/validate-v1-pod-eviction"
 // give up. Anything else (a Running defer pod is its budget's to refuse, a
 // finished one or one already being deleted may go) is allowed. The webhook is registered with failurePolicy Ignore:
 // while kdefer is down evictions proceed and the run recreates its pod.
+//
+// A defer pod is known by kdefer's owner references, not by its labels or
+// name, which anyone who can create a pod can give it: see deferRunOf. The
+// refusal lasts at most the run's deadline (capped by kdefer-controller
+// --max-deadline), after which the run is finished and the pod may go.
 func (h *Handlers) ValidateEviction(ctx context.Context, req admission.Request) admission.Response {
 	if req.SubResource != "eviction" || req.Operation != admissionv1.Create {
 		return admission.Allowed("")
@@ -43,32 +50,87 @@ func (h *Handlers) ValidateEviction(ctx context.Context, req admission.Request) 
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("read pod %s/%s: %w", req.Namespace, req.Name, err))
 	}
-	if msg := refuseEviction(pod); msg != "" {
-		logf.FromContext(ctx).Info("refusing eviction of a running defer pod", "pod", req.Namespace+"/"+req.Name, "phase", pod.Status.Phase)
-		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
-			Allowed: false,
-			Result: &metav1.Status{
-				Status:  metav1.StatusFailure,
-				Code:    http.StatusTooManyRequests,
-				Reason:  metav1.StatusReasonTooManyRequests,
-				Message: msg,
-			},
-		}}
+	if !evictionGuarded(pod) {
+		return admission.Allowed("")
 	}
-	return admission.Allowed("")
+	run, err := h.deferRunOf(ctx, pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if run == nil {
+		return admission.Allowed("")
+	}
+	logf.FromContext(ctx).Info("refusing eviction of a pending defer pod", "pod", req.Namespace+"/"+req.Name, "phase", pod.Status.Phase, "deferRun", run.Name)
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusTooManyRequests,
+			Reason:  metav1.StatusReasonTooManyRequests,
+			Message: refusal(pod, run.Name),
+		},
+	}}
 }
 
-// refuseEviction returns why pod must not be evicted now, or "".
-func refuseEviction(pod *corev1.Pod) string {
-	if pod.Labels[v1.LabelManaged] != v1.ManagedDeferPod || pod.DeletionTimestamp != nil {
-		return ""
+// evictionGuarded says whether pod is in a state the guard protects, were it
+// a defer pod: Pending (or just created), not being deleted. Running pods
+// are the PodDisruptionBudget's (its refusal says so, and it works without
+// kdefer); finished ones may go.
+func evictionGuarded(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "")
+}
+
+// deferRunOf returns the unfinished DeferRun whose defer pod pod is, or nil.
+// The proof is what kdefer writes and a user's pod cannot borrow without
+// colliding with the real one: pod's controller is the DeferRun, or a work
+// PVC that the DeferRun co-owns (OwnByVolumes), with matching UIDs; the run
+// exists and is unfinished; and pod has the run's defer pod name.
+func (h *Handlers) deferRunOf(ctx context.Context, pod *corev1.Pod) (*v1.DeferRun, error) {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil {
+		return nil, nil
 	}
-	// Running pods are the PodDisruptionBudget's (its refusal says so, and
-	// it works without kdefer); finished ones may go.
-	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
-		return ""
+	var runRef *metav1.OwnerReference
+	switch {
+	case ref.APIVersion == v1.GroupVersion.String() && ref.Kind == "DeferRun":
+		runRef = ref
+	case ref.APIVersion == "v1" && ref.Kind == "PersistentVolumeClaim":
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := h.reader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, pvc)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read PersistentVolumeClaim %s/%s: %w", pod.Namespace, ref.Name, err)
+		}
+		if pvc.UID != ref.UID {
+			return nil, nil
+		}
+		for i, r := range pvc.OwnerReferences {
+			if r.APIVersion == v1.GroupVersion.String() && r.Kind == "DeferRun" {
+				runRef = &pvc.OwnerReferences[i]
+			}
+		}
 	}
-	run := pod.Labels[v1.LabelDeferRun]
+	if runRef == nil {
+		return nil, nil
+	}
+	run := &v1.DeferRun{}
+	err := h.reader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: runRef.Name}, run)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read DeferRun %s/%s: %w", pod.Namespace, runRef.Name, err)
+	}
+	if run.UID != runRef.UID || v1.DeferPodName(run) != pod.Name || v1.Finished(run) {
+		return nil, nil
+	}
+	return run, nil
+}
+
+// refusal is the message of a refused eviction.
+func refusal(pod *corev1.Pod, run string) string {
 	return fmt.Sprintf("defer pod %s/%s is running the defer steps of a finished pod (DeferRun %s); it is Pending while its init steps run, where PodDisruptionBudgets do not apply, so kdefer refuses its eviction until it ends; to give the outputs up: kdefer release -n %s deferrun/%s",
 		pod.Namespace, pod.Name, run, pod.Namespace, run)
 }

@@ -113,6 +113,9 @@ func testCRDValidation(t *testing.T, env *envtest.Env) {
 		{name: "volume name", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, WorkVolume: v1.WorkVolume{Name: "Bad_Name"}}, want: "workVolume.name must be a DNS label"},
 		{name: "mount path", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, WorkVolume: v1.WorkVolume{MountPath: "rel"}}, want: "workVolume.mountPath must be absolute"},
 		{name: "retainFor", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, OnFailure: &v1.OnFailure{Volume: v1.VolumeRelease, RetainFor: &metav1.Duration{Duration: time.Hour}}}, want: "onFailure.retainFor is only allowed with volume: Retain"},
+		{name: "stageOut locked but unset", spec: v1.DeferPolicySpec{DeferContainers: []corev1.Container{{Name: "c", Image: "busybox"}}, Locked: []v1.LockedField{v1.LockedStageOut}},
+			want: "spec.locked holds stageOut but spec.stageOut is not set: set spec.stageOut.url"},
+		{name: "locked enum", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, Locked: []v1.LockedField{"deadline"}}, want: `spec.locked[0]: Unsupported value: "deadline"`},
 		{name: "trigger enum", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, TriggerRules: []v1.TriggerRule{{Triggers: []v1.Trigger{"Exploded"}}}}, want: `spec.triggerRules[0].triggers[0]: Unsupported value: "Exploded"`},
 	}
 	for i, tc := range cases {
@@ -183,6 +186,22 @@ func testWebhooks(t *testing.T, env *envtest.Env) {
 		got.Annotations[v1.AnnotationSkip] = "true"
 		if err := env.Client.Update(ctx, got); err != nil {
 			t.Errorf("annotating the Job: %v", err)
+		}
+	})
+
+	t.Run("locked policy", func(t *testing.T) {
+		policy := rt.MakePolicy("locked", ns, "s3://team/{job}/{pod}/").Credentials("team-creds").Obj()
+		policy.Spec.Locked = []v1.LockedField{v1.LockedStageOut, v1.LockedCredentials}
+		if err := env.Client.Create(ctx, policy); err != nil {
+			t.Fatal(err)
+		}
+		job := rt.MakeJob("redirect", ns).Annotation(v1.AnnotationPolicy, "locked").
+			Annotation(v1.AnnotationStageOut, "s3://elsewhere/{pod}/").Annotation(v1.AnnotationCredentials, "mine").Obj()
+		wantDenied(t, env.Client.Create(ctx, job), v1.AnnotationStageOut, v1.AnnotationCredentials,
+			"which the policy locks (spec.locked)", "remove the annotation")
+		ok := rt.MakeJob("obeys", ns).Annotation(v1.AnnotationPolicy, "locked").Annotation(v1.AnnotationDeadline, "1h").Obj()
+		if err := env.Client.Create(ctx, ok); err != nil {
+			t.Errorf("a Job overriding only unlocked fields: %v", err)
 		}
 	})
 
@@ -374,7 +393,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		kinds[o.GetKind()]++
 	}
 	want := map[string]int{
-		"Namespace": 1, "CustomResourceDefinition": 2, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+		"Namespace": 1, "CustomResourceDefinition": 2, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 2,
 		"Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
 		"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}

@@ -9,6 +9,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kdefer/kdefer/controller"
@@ -29,7 +31,14 @@ import (
 // webhooks.
 type ManagerOptions struct {
 	controller.Options
-	MetricsAddr             string // "0" disables
+	MetricsAddr string // "0" disables
+	// MetricsInsecure serves /metrics over plain HTTP to anyone who can
+	// reach it; by default it is HTTPS, to bearer tokens the apiserver
+	// authenticates and authorizes for GET /metrics (SecureMetrics).
+	MetricsInsecure bool
+	// MetricsCertDir holds the metrics server's tls.crt and tls.key
+	// (default: a self-signed certificate made at start).
+	MetricsCertDir          string
 	ProbeAddr               string // "0" disables
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -54,6 +63,12 @@ const (
 	DefaultKubeAPIBurst = 1000
 )
 
+// DefaultMaxDeadline caps every defer run's deadline by default
+// (kdefer-controller --max-deadline): a defer pod holds its node's drain for
+// as long as its run may last, so no policy or Job annotation gets more than
+// a working day without the cluster's operator saying so.
+const DefaultMaxDeadline = 24 * time.Hour
+
 // ClientLimits sets the client-side limits of cfg: qps 0 or below means
 // none (API Priority and Fairness on the server still applies).
 func ClientLimits(cfg *rest.Config, qps float64, burst int) {
@@ -64,6 +79,25 @@ func ClientLimits(cfg *rest.Config, qps float64, burst int) {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 }
 
+// MetricsOptions are the metrics server's options: unless MetricsInsecure,
+// HTTPS (HTTP/1.1 only: HTTP/2 is off, as kubebuilder scaffolds, against its
+// stream-reset and rapid-reset attacks) behind controller-runtime's
+// authentication and authorization filter, which asks the apiserver
+// (TokenReview, SubjectAccessReview) about each request's bearer token; a
+// scraper needs GET on the non-resource URL /metrics (deploy/rbac's
+// kdefer-metrics-reader).
+func MetricsOptions(mo ManagerOptions) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: mo.MetricsAddr}
+	if mo.MetricsInsecure {
+		return o
+	}
+	o.SecureServing = true
+	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	o.CertDir = mo.MetricsCertDir
+	o.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	return o
+}
+
 // NewManager builds a manager with label-scoped caches, the field indexes
 // (registered before it starts), kdefer's controllers and, unless disabled,
 // its admission webhooks.
@@ -71,7 +105,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 	opts := ctrl.Options{
 		Scheme:                        controller.Scheme(),
 		Cache:                         controller.CacheOptions(),
-		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsAddr},
+		Metrics:                       MetricsOptions(mo),
 		HealthProbeBindAddress:        mo.ProbeAddr,
 		LeaderElection:                mo.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,
