@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kdefer/kdefer/api/scheme"
 	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/controller/webhook"
 )
@@ -69,7 +70,7 @@ func ClientLimits(cfg *rest.Config, qps float64, burst int) {
 // its admission webhooks.
 func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.Manager, error) {
 	opts := ctrl.Options{
-		Scheme:                        controller.Scheme(),
+		Scheme:                        scheme.New(),
 		Cache:                         controller.CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsAddr},
 		HealthProbeBindAddress:        mo.ProbeAddr,
