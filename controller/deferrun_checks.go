@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/render"
 )
 
 // secretTTL is how long a Secret seen to exist is not read again.
@@ -71,11 +71,12 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 	run := s.run
 	problem, reason := "", ""
 	if msg, ok := run.Annotations[annotationConfigError]; ok {
-		spec, perr, err := r.resolvePolicy(ctx, run)
-		if err != nil {
+		spec, err := effectivePolicy(ctx, r.client, run.Namespace, run.Spec.PolicyName, run.Annotations)
+		var perr *policyProblem
+		if err != nil && !errors.As(err, &perr) {
 			return decided, err
 		}
-		if perr == "" {
+		if perr == nil {
 			// Fixed: take the snapshot now, and go on in the next pass.
 			log.FromContext(ctx).Info("resolving the policy that was missing when the run was armed", "was", msg)
 			if err := patch(ctx, r.client, run, func(run *v1.DeferRun) {
@@ -87,7 +88,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 			r.exp.runs.expect(run)
 			return decided, errRequeue
 		}
-		problem, reason = perr, v1.ReasonPolicyNotFound
+		problem, reason = perr.Error(), v1.ReasonPolicyNotFound
 		if run.Spec.PolicyName == "" {
 			reason = v1.ReasonBadAnnotation
 		}
@@ -119,28 +120,6 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 	s.cond(v1.DeferRunConfigError, true, reason, problem)
 	s.requeueAt(s.now.Add(10 * time.Second))
 	return decided, nil
-}
-
-// resolvePolicy computes the effective policy from the named DeferPolicy and
-// the annotations the run copied from its pod. perr describes what is wrong.
-func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1.DeferPolicySpec, string, error) {
-	var spec *v1.DeferPolicySpec
-	if run.Spec.PolicyName != "" {
-		pol := &v1.DeferPolicy{}
-		err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PolicyName}, pol)
-		if apierrors.IsNotFound(err) {
-			return v1.DeferPolicySpec{}, policyNotFound(run.Namespace, run.Spec.PolicyName), nil
-		}
-		if err != nil {
-			return v1.DeferPolicySpec{}, "", err
-		}
-		spec = &pol.Spec
-	}
-	eff, err := render.EffectivePolicy(spec, run.Annotations)
-	if err != nil {
-		return eff, err.Error(), nil
-	}
-	return eff, "", nil
 }
 
 // checkNode waits for a NotReady or missing node; once nodeLostTimeout has
