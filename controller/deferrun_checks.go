@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -15,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/render"
 )
 
 // checked is what a check tells execute.
@@ -41,11 +41,12 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 	run := s.run
 	problem, reason := "", ""
 	if msg, ok := run.Annotations[annotationConfigError]; ok {
-		spec, perr, err := r.resolvePolicy(ctx, run)
-		if err != nil {
+		spec, err := effectivePolicy(ctx, r.client, run.Namespace, run.Spec.PolicyName, run.Annotations)
+		var perr *policyProblem
+		if err != nil && !errors.As(err, &perr) {
 			return decided, err
 		}
-		if perr == "" {
+		if perr == nil {
 			// Fixed: take the snapshot now, and go on in the next pass.
 			log.FromContext(ctx).Info("resolving the policy that was missing when the run was armed", "was", msg)
 			if err := patch(ctx, r.client, run, func(run *v1.DeferRun) {
@@ -57,7 +58,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 			r.exp.runs.expect(run)
 			return decided, errRequeue
 		}
-		problem, reason = perr, v1.ReasonPolicyNotFound
+		problem, reason = perr.Error(), v1.ReasonPolicyNotFound
 		if run.Spec.PolicyName == "" {
 			reason = v1.ReasonBadAnnotation
 		}
@@ -117,28 +118,6 @@ func stepConfigProblem(run *v1.DeferRun, o Outcome) (reason, problem string) {
 		return v1.ReasonSecretNotFound, fmt.Sprintf("Secret %s/%s that step %s needs does not exist: create it; the defer pod waits for it until the run's deadline", ns, m[1], step)
 	}
 	return v1.ReasonStepConfig, fmt.Sprintf("step %s cannot start: %s; fix what it names in namespace %s; the defer pod waits until the run's deadline", step, o.Blocked.Message, ns)
-}
-
-// resolvePolicy computes the effective policy from the named DeferPolicy and
-// the annotations the run copied from its pod. perr describes what is wrong.
-func (r *RunReconciler) resolvePolicy(ctx context.Context, run *v1.DeferRun) (v1.DeferPolicySpec, string, error) {
-	var spec *v1.DeferPolicySpec
-	if run.Spec.PolicyName != "" {
-		pol := &v1.DeferPolicy{}
-		err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PolicyName}, pol)
-		if apierrors.IsNotFound(err) {
-			return v1.DeferPolicySpec{}, policyNotFound(run.Namespace, run.Spec.PolicyName), nil
-		}
-		if err != nil {
-			return v1.DeferPolicySpec{}, "", err
-		}
-		spec = &pol.Spec
-	}
-	eff, err := render.EffectivePolicy(spec, run.Annotations)
-	if err != nil {
-		return eff, err.Error(), nil
-	}
-	return eff, "", nil
 }
 
 // checkNode waits for a NotReady or missing node; once nodeLostTimeout has

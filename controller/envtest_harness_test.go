@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kdefer/kdefer/api/scheme"
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
@@ -74,7 +75,7 @@ func (h *harness) start() {
 	// The controllers as kdefer-controller wires them (cmd/kdefer-controller/app),
 	// without the webhooks, probes and leader election.
 	mgr, err := ctrl.NewManager(h.env.Config, ctrl.Options{
-		Scheme:                  controller.Scheme(),
+		Scheme:                  scheme.New(),
 		Cache:                   controller.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		GracefulShutdownTimeout: ptr.To(10 * time.Second),

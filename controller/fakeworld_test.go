@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kdefer/kdefer/api/scheme"
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	rt "github.com/kdefer/kdefer/render/testing"
@@ -41,7 +42,7 @@ func newFakeWorld(t *testing.T, objs ...client.Object) *fakeWorld {
 // newFakeWorldWith is newFakeWorld with an interceptor that can make the
 // API answer as a real apiserver would in a corner case.
 func newFakeWorldWith(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *fakeWorld {
-	s := Scheme()
+	s := scheme.New()
 	base := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(funcs).
 		WithStatusSubresource(&v1.DeferRun{}, &corev1.Pod{}).
 		WithIndex(&v1.DeferRun{}, IndexRunJob, func(o client.Object) []string { return []string{o.(*v1.DeferRun).Spec.JobName} }).

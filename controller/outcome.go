@@ -65,7 +65,7 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 			step.ExitCode = &code
 			step.Message = truncate(strings.TrimSpace(term.Message), 512)
 			if c.Name == v1.StageOutStepName {
-				if sum, ok := parseSummary(term.Message); ok {
+				if sum := parseSummary(term.Message); sum != nil {
 					o.Summary = sum
 					if sum.Error != "" {
 						step.Message = truncate(sum.Error, 512)
@@ -105,14 +105,16 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 	return o
 }
 
-func parseSummary(msg string) (*stagecontract.StageSummary, bool) {
+// parseSummary reads the StageSummary a stage step wrote as its termination
+// message; nil if the message is none (the step ended before it wrote one).
+func parseSummary(msg string) *stagecontract.StageSummary {
 	msg = strings.TrimSpace(msg)
 	if !strings.HasPrefix(msg, "{") {
-		return nil, false
+		return nil
 	}
 	var s stagecontract.StageSummary
 	if err := json.Unmarshal([]byte(msg), &s); err != nil {
-		return nil, false
+		return nil
 	}
-	return &s, true
+	return &s
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -220,25 +221,54 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 // cannot be resolved is recorded in the run, which resolves it again later.
 func RunFor(ctx context.Context, c client.Reader, pod *corev1.Pod) (*v1.DeferRun, error) {
 	policyName := pod.Annotations[v1.AnnotationPolicy]
-	var spec *v1.DeferPolicySpec
+	eff, err := effectivePolicy(ctx, c, pod.Namespace, policyName, pod.Annotations)
 	configErr := ""
+	var problem *policyProblem
+	switch {
+	case errors.As(err, &problem):
+		configErr = problem.Error()
+	case err != nil:
+		return nil, err
+	}
+	return BuildRun(pod, policyName, eff, configErr), nil
+}
+
+// policyProblem is what is wrong with the policy a run is armed with (a
+// DeferPolicy that does not exist, an annotation that does not parse). Only
+// the user can fix it, so the run records it and waits, where an API error
+// is retried.
+type policyProblem struct{ msg string }
+
+func (p *policyProblem) Error() string { return p.msg }
+
+// effectivePolicy computes the policy for an object in namespace ns from
+// the DeferPolicy policyName (read through c; "" for none) and its kdefer
+// annotations. A *policyProblem says what the user must fix; the spec that
+// comes with it is what could be computed (from the annotations alone when
+// the DeferPolicy is missing). Any other error is the API's.
+func effectivePolicy(ctx context.Context, c client.Reader, ns, policyName string, ann map[string]string) (v1.DeferPolicySpec, error) {
+	var spec *v1.DeferPolicySpec
+	var problem *policyProblem
 	if policyName != "" {
 		pol := &v1.DeferPolicy{}
-		err := c.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: policyName}, pol)
+		err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: policyName}, pol)
 		switch {
 		case apierrors.IsNotFound(err):
-			configErr = policyNotFound(pod.Namespace, policyName)
+			problem = &policyProblem{policyNotFound(ns, policyName)}
 		case err != nil:
-			return nil, fmt.Errorf("reading DeferPolicy %s: %w", policyName, err)
+			return v1.DeferPolicySpec{}, fmt.Errorf("reading DeferPolicy %s: %w", policyName, err)
 		default:
 			spec = &pol.Spec
 		}
 	}
-	eff, err := render.EffectivePolicy(spec, pod.Annotations)
-	if err != nil && configErr == "" {
-		configErr = err.Error()
+	eff, err := render.EffectivePolicy(spec, ann)
+	if err != nil && problem == nil {
+		problem = &policyProblem{err.Error()}
 	}
-	return BuildRun(pod, policyName, eff, configErr), nil
+	if problem != nil {
+		return eff, problem
+	}
+	return eff, nil
 }
 
 // adopt makes the run a second owner of every work PVC; see AdoptedOwners.

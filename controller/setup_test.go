@@ -13,6 +13,7 @@ import (
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kdefer/kdefer/api/scheme"
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
 )
@@ -36,7 +37,7 @@ func TestPDBDeleted(t *testing.T) {
 		deleting,
 		kt.MakePod("managed", "ns").Obj(),
 	}
-	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build()
 	if err := c.Delete(context.Background(), deleting); err != nil {
 		t.Fatal(err)
 	}

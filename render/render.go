@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/internal/version"
 )
 
 const (
@@ -319,6 +320,6 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	for k, v := range ann {
 		tmpl.Annotations[k] = v
 	}
-	tmpl.Annotations[v1.AnnotationRendered] = v1.Version
+	tmpl.Annotations[v1.AnnotationRendered] = version.Version
 	return nil
 }

@@ -4,8 +4,9 @@
 // It also holds what every side shares about a run: condition types and
 // their reasons, Finished and StateOf, DeferPodName, the release annotation.
 //
-// It is the bottom layer: it must not import any other kdefer package, nor
-// anything that talks to a cluster (no clients, no controller-runtime
+// It is the bottom layer: it must not import any other kdefer package but the
+// Kubernetes-free leaves stagecontract and internal/version, nor anything
+// that talks to a cluster (no clients, no controller-runtime
 // beyond its scheme builder).
 //
 // +kubebuilder:object:generate=true

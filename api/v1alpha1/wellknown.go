@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "github.com/kdefer/kdefer/internal/version"
+
 // Labels. The opt-in label selects Jobs for the webhooks; the others are set
 // by render and scope the controller's caches, so unmanaged objects cost
 // nothing.
@@ -101,10 +103,6 @@ const (
 	DeferRunFinalizer = "kdefer.io/release"
 )
 
-// Version of kdefer, stamped at build time with
-// -ldflags "-X github.com/kdefer/kdefer/api/v1alpha1.Version=vX.Y.Z".
-var Version = "v0.1.0"
-
 // Images. A cluster without a registry imports them from `make images`
 // tarballs; `make images REGISTRY=host/repo` publishes them.
 const (
@@ -115,4 +113,6 @@ const (
 
 // DefaultStageImage is the image of kdefer-stage used by stage-in init
 // containers and defer pods unless the manager is told otherwise.
-func DefaultStageImage() string { return ImageRepository + "/" + StageImageName + ":" + Version }
+func DefaultStageImage() string {
+	return ImageRepository + "/" + StageImageName + ":" + version.Version
+}

@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
+	"github.com/kdefer/kdefer/internal/version"
 )
 
 func main() {
@@ -65,7 +66,7 @@ func run(ctx context.Context, args []string) int {
 	}
 	mo.NoPrePull = !*prePull
 	if showVersion {
-		fmt.Println(v1.Version)
+		fmt.Println(version.Version)
 		return 0
 	}
 	lvl, err := zerolog.ParseLevel(logLevel)
@@ -91,14 +92,14 @@ func run(ctx context.Context, args []string) int {
 		return 1
 	}
 	app.ClientLimits(cfg, qps, burst)
-	cfg.UserAgent = "kdefer-controller/" + v1.Version
+	cfg.UserAgent = "kdefer-controller/" + version.Version
 
 	mgr, err := app.NewManager(ctx, cfg, mo)
 	if err != nil {
 		log.Error(err, "creating manager")
 		return 1
 	}
-	log.Info("starting manager", "version", v1.Version, "stageImage", mo.DeferPod.StageImage, "leaderElection", mo.LeaderElection)
+	log.Info("starting manager", "version", version.Version, "stageImage", mo.DeferPod.StageImage, "leaderElection", mo.LeaderElection)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running manager")
 		return 1

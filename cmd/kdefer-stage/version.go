@@ -3,15 +3,15 @@ package main
 import (
 	"runtime/debug"
 
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/internal/version"
 )
 
-// toolVersion is kdefer's release version (v1alpha1.Version, stamped into
+// toolVersion is kdefer's release version (internal/version.Version, stamped into
 // images with -ldflags), plus the source revision when the build recorded
 // one, e.g. "v0.1.0+3f2a9c1d0e4b" or "v0.1.0+3f2a9c1d0e4b.dirty". The
 // manifest names it, so an upload says which uploader wrote it.
 func toolVersion() string {
-	return versionOf(v1.Version, debug.ReadBuildInfo)
+	return versionOf(version.Version, debug.ReadBuildInfo)
 }
 
 func versionOf(release string, info func() (*debug.BuildInfo, bool)) string {

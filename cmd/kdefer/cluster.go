@@ -5,14 +5,12 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/api/scheme"
 )
 
 // clusterFlags are the flags of the commands that talk to a cluster
@@ -65,7 +63,7 @@ func (f *clusterFlags) client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, &exitError{code: 2, msg: err.Error()}
 	}
@@ -103,16 +101,3 @@ func parseRef(arg, def string, allowed ...string) (string, string, error) {
 }
 
 func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
-
-// scheme has client-go's types and kdefer's: the CLI reads and annotates
-// DeferRuns, Jobs and pods.
-func scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := v1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}

@@ -43,6 +43,20 @@ func (d *document) String() string {
 	return fmt.Sprintf("%s: %s %s", d.source, d.kind, n)
 }
 
+// readInput reads the documents of render's and lint's -f files and the
+// DeferPolicies among them; a bad input is a usage error (exit 2).
+func readInput(files []string, stdin io.Reader) ([]*document, policies, error) {
+	docs, err := readDocuments(files, stdin)
+	if err != nil {
+		return nil, nil, &exitError{code: 2, msg: err.Error()}
+	}
+	ps, err := collectPolicies(docs)
+	if err != nil {
+		return nil, nil, &exitError{code: 2, msg: err.Error()}
+	}
+	return docs, ps, nil
+}
+
 // readDocuments reads every document of every file ("-" is stdin),
 // expanding v1 Lists.
 func readDocuments(files []string, stdin io.Reader) ([]*document, error) {

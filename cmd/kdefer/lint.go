@@ -29,13 +29,9 @@ problems, 0 when there are none (warnings alone do not fail).`,
 }
 
 func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
-	docs, err := readDocuments(f.files, stdin)
+	docs, ps, err := readInput(f.files, stdin)
 	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
-	}
-	ps, err := collectPolicies(docs)
-	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
+		return err
 	}
 	total := 0
 	for _, d := range docs {

@@ -58,13 +58,9 @@ A Job that names a DeferPolicy needs that policy in the input.
 }
 
 func runRender(stdin io.Reader, stdout, stderr io.Writer, f *renderFlags) error {
-	docs, err := readDocuments(f.files, stdin)
+	docs, ps, err := readInput(f.files, stdin)
 	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
-	}
-	ps, err := collectPolicies(docs)
-	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
+		return err
 	}
 	var out bytes.Buffer
 	var problems []string

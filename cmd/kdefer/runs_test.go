@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kdefer/kdefer/api/scheme"
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	rt "github.com/kdefer/kdefer/render/testing"
@@ -38,7 +39,7 @@ func finishedJob() *batchv1.Job {
 }
 
 func fakeClient(objs ...client.Object) client.Client {
-	return fake.NewClientBuilder().WithScheme(scheme()).WithObjects(objs...).Build()
+	return fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build()
 }
 
 func TestWaitRuns(t *testing.T) {

@@ -30,12 +30,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	kdeferv1 "github.com/kdefer/kdefer/api/v1alpha1"
+	kdeferscheme "github.com/kdefer/kdefer/api/scheme"
 )
 
 const (
@@ -113,13 +112,7 @@ func Load(ctx context.Context) (*Env, error) {
 	if !nodeReady(n) {
 		return nil, fmt.Errorf("cluster node %s is not Ready", node)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := kdeferv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
+	scheme := kdeferscheme.New()
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err

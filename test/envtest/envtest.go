@@ -11,12 +11,11 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	kdeferv1 "github.com/kdefer/kdefer/api/v1alpha1"
+	kdeferscheme "github.com/kdefer/kdefer/api/scheme"
 )
 
 // Env is a running apiserver with kdefer's CRDs.
@@ -37,18 +36,6 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Scheme returns a scheme with client-go's and kdefer's types.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := kdeferv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // Start starts the environment and stops it when the test ends.
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
@@ -59,7 +46,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 		}
 		t.Skip("no kube-apiserver/etcd: run 'make envtest-assets' and set KUBEBUILDER_ASSETS=bin/envtest")
 	}
-	scheme := Scheme()
+	scheme := kdeferscheme.New()
 	te := &ctrlenvtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "deploy", "crd")},
 		ErrorIfCRDPathMissing: true,

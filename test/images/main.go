@@ -15,7 +15,7 @@
 //	kdefer.io/kdefer-controller:TAG      ./cmd/kdefer-controller, when that package exists
 //
 // kdefer.io and the names come from api/v1alpha1 (ImageRepository,
-// StageImageName, ControllerImageName); TAG defaults to v1alpha1.Version, which
+// StageImageName, ControllerImageName); TAG defaults to version.Version, which
 // is also stamped into the binaries, so v1alpha1.DefaultStageImage() names the
 // image built here.
 //
@@ -49,6 +49,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/internal/version"
 )
 
 // LocalRepo prefixes every image built for the local cluster.
@@ -62,7 +63,7 @@ var epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 func main() {
 	out := flag.String("out", "bin/images", "directory for NAME.tar and NAME.ref")
 	push := flag.String("push", "", "registry/repository to push kdefer's images to instead of writing tarballs")
-	tag := flag.String("tag", envOr("KDEFER_IMAGE_TAG", v1alpha1.Version), "tag of kdefer's images (not \"latest\")")
+	tag := flag.String("tag", envOr("KDEFER_IMAGE_TAG", version.Version), "tag of kdefer's images (not \"latest\")")
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
 	only := flag.String("only", "", "comma-separated images to build (default: all)")
 	flag.Parse()
@@ -249,7 +250,7 @@ func goImage(root, tmp, cmdName, user, tag string) (b built, ok bool, err error)
 		return built{}, false, nil
 	}
 	bin := filepath.Join(tmp, cmdName)
-	ld := "-X github.com/kdefer/kdefer/api/v1alpha1.Version=" + tag
+	ld := "-X github.com/kdefer/kdefer/internal/version.Version=" + tag
 	if err := goBuild(root, "./cmd/"+cmdName, bin, ld); err != nil {
 		return built{}, true, err
 	}

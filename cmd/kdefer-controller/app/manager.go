@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kdefer/kdefer/api/scheme"
 	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/controller/webhook"
 )
@@ -103,7 +104,7 @@ func MetricsOptions(mo ManagerOptions) metricsserver.Options {
 // its admission webhooks.
 func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.Manager, error) {
 	opts := ctrl.Options{
-		Scheme:                        controller.Scheme(),
+		Scheme:                        scheme.New(),
 		Cache:                         controller.CacheOptions(),
 		Metrics:                       MetricsOptions(mo),
 		HealthProbeBindAddress:        mo.ProbeAddr,

@@ -51,6 +51,7 @@ import (
 	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/kdefer/kdefer/api/scheme"
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
 	"github.com/kdefer/kdefer/controller"
@@ -113,7 +114,7 @@ func run() error {
 		CRDDirectoryPaths:     []string{filepath.Join(envtest.RepoRoot(), "deploy", "crd")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
-		Scheme:                controller.Scheme(),
+		Scheme:                scheme.New(),
 	}
 	if *armWebhook {
 		// Only the arming webhook of deploy/webhook (the bench's Jobs are
@@ -130,7 +131,7 @@ func run() error {
 	}
 	defer func() { _ = te.Stop() }()
 	cfg.QPS, cfg.Burst = 5000, 10000
-	c, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return err
 	}
@@ -185,7 +186,7 @@ func run() error {
 
 	// The bench's own watch: defer pods appearing, runs armed and finished.
 	seen := newWatcher()
-	wc, err := cache.New(cfg, cache.Options{Scheme: controller.Scheme(), ByObject: map[client.Object]cache.ByObject{
+	wc, err := cache.New(cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelManaged: v1.ManagedDeferPod})},
 	}})
 	if err != nil {
