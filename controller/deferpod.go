@@ -23,6 +23,9 @@ const deferPodUser int64 = 65532
 
 const tmpVolume = "kdefer-tmp"
 
+// stageMemoryLimit is the stage-out step's memory limit.
+const stageMemoryLimit = "256Mi"
+
 // DeferPodOptions are the manager-wide inputs of the defer pod builder.
 type DeferPodOptions struct {
 	// StageImage runs the built-in stage-out step.
@@ -104,9 +107,17 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			VolumeMounts:             append(workMounts(run, mountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),
 			SecurityContext:          restricted(stageSecurityContext(run)),
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceCPU: mustQ("50m"), corev1.ResourceMemory: mustQ("64Mi")}},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: mustQ("50m"), corev1.ResourceMemory: mustQ("64Mi")},
+				// Twice the 128 MiB peak RSS that kdefer-stage's TestPeakRSS
+				// holds it to. The file list and manifest are spilled to /tmp,
+				// so a million files fit too (issue #12); GOMEMLIMIT tells the
+				// Go collector where the wall is before the kernel does.
+				Limits: corev1.ResourceList{corev1.ResourceMemory: mustQ(stageMemoryLimit)},
+			},
 		}
+		c.Env = append(c.Env, corev1.EnvVar{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{
+			ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: c.Name, Resource: "limits.memory"}}})
 		if pol.Credentials != nil && pol.Credentials.Name != "" {
 			// Credentials only in the step that needs them.
 			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
@@ -161,8 +172,12 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	if pol.NodeLostTimeout != nil {
 		nodeLost = int64(pol.NodeLostTimeout.Duration / time.Second)
 	}
+	// /tmp holds the stage-out's spilled file list and manifest (about
+	// 400 bytes a file across the three spills): 1 GiB covers a
+	// million files with long names. It is a cap the kubelet enforces, not a
+	// reservation.
 	volumes := []corev1.Volume{{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-		SizeLimit: ptr.To(mustQ("64Mi"))}}}}
+		SizeLimit: ptr.To(mustQ("1Gi"))}}}}
 	for _, rv := range run.Spec.Volumes {
 		volumes = append(volumes, corev1.Volume{Name: rv.Name, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: rv.ClaimName}}})

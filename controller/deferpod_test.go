@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -124,6 +125,25 @@ func TestDeferPodInvariants(t *testing.T) {
 		if !mountsVolume(&c, map[string]bool{v1.DefaultWorkVolumeName: true}) {
 			t.Errorf("step %s does not mount the work volume", c.Name)
 		}
+	}
+	// The stage step is bounded in memory, with GOMEMLIMIT following the
+	// limit, and has room in /tmp for a million files' spilled lists.
+	stage := pod.Spec.InitContainers[0]
+	if lim, ok := stage.Resources.Limits[corev1.ResourceMemory]; !ok || lim.Cmp(resource.MustParse("128Mi")) <= 0 {
+		t.Errorf("stage-out memory limit = %v, want one above kdefer-stage's 128 MiB budget", stage.Resources.Limits)
+	}
+	var memlimit *corev1.EnvVar
+	for i := range stage.Env {
+		if stage.Env[i].Name == "GOMEMLIMIT" {
+			memlimit = &stage.Env[i]
+		}
+	}
+	if memlimit == nil || memlimit.ValueFrom == nil || memlimit.ValueFrom.ResourceFieldRef == nil ||
+		memlimit.ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
+		t.Errorf("stage-out GOMEMLIMIT = %+v, want it from limits.memory", memlimit)
+	}
+	if tmp := pod.Spec.Volumes[0]; tmp.EmptyDir == nil || tmp.EmptyDir.SizeLimit.Cmp(resource.MustParse("1Gi")) < 0 {
+		t.Errorf("volume %s = %+v, want an emptyDir of at least 1Gi for the spilled file list", tmp.Name, tmp.VolumeSource)
 	}
 	if got := pod.Spec.Volumes[1].PersistentVolumeClaim.ClaimName; got != "p-kdefer-work" {
 		t.Errorf("claim = %q", got)
