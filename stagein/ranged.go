@@ -18,10 +18,9 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 	// brings neither): a size that differs already is permanent.
 	oi := storage.ObjectInfo{Size: en.size}
 	if !en.hasCRC {
-		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
-			var err error
-			oi, err = d.be.Stat(ctx, en.key)
-			return err
+		var err error
+		oi, err = storage.RetryValue(ctx, d.o.Retry, func(ctx context.Context) (storage.ObjectInfo, error) {
+			return d.be.Stat(ctx, en.key)
 		})
 		if err == nil {
 			err = verify(en, storage.ObjectInfo{Size: oi.Size}, en.size, 0, nil)

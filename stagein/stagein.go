@@ -276,11 +276,8 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 	}
 	crcWant, hasCRC, md5Want := en.crc, en.hasCRC, []byte(nil)
 	if !en.hasCRC {
-		var oi storage.ObjectInfo
-		err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
-			var err error
-			oi, err = d.be.Stat(ctx, en.key)
-			return err
+		oi, err := storage.RetryValue(ctx, d.o.Retry, func(ctx context.Context) (storage.ObjectInfo, error) {
+			return d.be.Stat(ctx, en.key)
 		})
 		if err != nil {
 			return false, storage.WithOp("stat "+strconv.Quote(en.key), err)

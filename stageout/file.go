@@ -129,11 +129,8 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 // strongest one the store keeps. Without a stored checksum the object is
 // rewritten: an unverifiable object is not known to be complete.
 func (e *engine) alreadyStored(ctx context.Context, src *source, f *file) (bool, error) {
-	var oi storage.ObjectInfo
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		var err error
-		oi, err = e.be.Stat(ctx, f.key)
-		return err
+	oi, err := storage.RetryValue(ctx, e.o.Retry, func(ctx context.Context) (storage.ObjectInfo, error) {
+		return e.be.Stat(ctx, f.key)
 	})
 	if errors.Is(err, storage.ErrNotExist) {
 		return false, nil

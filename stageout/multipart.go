@@ -13,11 +13,8 @@ import (
 // multipart uploads a large file in parallel parts, each part's CRC32C
 // computed as it is sent and combined into the object's.
 func (e *engine) multipart(ctx context.Context, pool *storage.Pool, src *source, f *file, partSize int64) error {
-	var up storage.Upload
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		var err error
-		up, err = e.mp.Begin(ctx, f.key)
-		return err
+	up, err := storage.RetryValue(ctx, e.o.Retry, func(ctx context.Context) (storage.Upload, error) {
+		return e.mp.Begin(ctx, f.key)
 	})
 	if err != nil {
 		return storage.WithOp("upload "+strconv.Quote(f.rel), err)

@@ -73,3 +73,15 @@ func (p RetryPolicy) Do(ctx context.Context, fn func(ctx context.Context) error)
 	}
 	return err
 }
+
+// RetryValue is p.Do for an fn that returns a value (a Stat, the start of
+// an upload): it returns the value of the last attempt with its error.
+func RetryValue[T any](ctx context.Context, p RetryPolicy, fn func(ctx context.Context) (T, error)) (T, error) {
+	var v T
+	err := p.Do(ctx, func(ctx context.Context) error {
+		var err error
+		v, err = fn(ctx)
+		return err
+	})
+	return v, err
+}

@@ -146,6 +146,18 @@ func (p *parser) fail(key, value, problem, fix string) {
 	p.errs = append(p.errs, &AnnotationError{Key: key, Value: value, Problem: problem, Fix: fix})
 }
 
+// name reports whether v is a valid name under rule (one of the
+// Kubernetes name validations), and records the failure, naming the kind
+// of object v should name, when it is not: the name-valued annotations
+// share one wording.
+func (p *parser) name(key, v string, rule func(string) []string, kind, fix string) bool {
+	if errs := rule(v); len(errs) > 0 {
+		p.fail(key, v, fmt.Sprintf("%q is not a %s name (%s)", v, kind, errs[0]), fix)
+		return false
+	}
+	return true
+}
+
 func (p *parser) parse(key, v string) {
 	if key == AnnotationSummary {
 		return
@@ -167,11 +179,9 @@ func (p *parser) parse(key, v string) {
 	}
 	switch key {
 	case AnnotationPolicy:
-		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-			p.fail(key, v, fmt.Sprintf("%q is not a DeferPolicy name (%s)", v, errs[0]), "name a DeferPolicy in the Job's namespace, e.g. kdefer.io/policy: default")
-			return
+		if p.name(key, v, validation.IsDNS1123Subdomain, "DeferPolicy", "name a DeferPolicy in the Job's namespace, e.g. kdefer.io/policy: default") {
+			p.a.Policy = v
 		}
-		p.a.Policy = v
 	case AnnotationStageOut:
 		if msg := CheckStageURL(v, false); msg != "" {
 			p.fail(key, v, msg, "use e.g. s3://bucket/runs/{namespace}/{job}/{pod}/")
@@ -221,17 +231,13 @@ func (p *parser) parse(key, v string) {
 			p.a.Exclude = globs
 		}
 	case AnnotationCredentials:
-		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-			p.fail(key, v, fmt.Sprintf("%q is not a Secret name (%s)", v, errs[0]), "name a Secret in the Job's namespace")
-			return
+		if p.name(key, v, validation.IsDNS1123Subdomain, "Secret", "name a Secret in the Job's namespace") {
+			p.a.Credentials = &v
 		}
-		p.a.Credentials = &v
 	case AnnotationWorkVolume:
-		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
-			p.fail(key, v, fmt.Sprintf("%q is not a volume name (%s)", v, errs[0]), "name a pod volume (a DNS label, e.g. work)")
-			return
+		if p.name(key, v, validation.IsDNS1123Label, "volume", "name a pod volume (a DNS label, e.g. work)") {
+			p.a.WorkVolume = &v
 		}
-		p.a.WorkVolume = &v
 	case AnnotationWorkMountPath:
 		if !IsMountPath(v) {
 			p.fail(key, v, fmt.Sprintf("%q is not an absolute path", v), "use an absolute path without '..' or ':', e.g. /kdefer")
@@ -246,11 +252,9 @@ func (p *parser) parse(key, v string) {
 		}
 		p.a.WorkSize = &q
 	case AnnotationStorageClass:
-		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-			p.fail(key, v, fmt.Sprintf("%q is not a StorageClass name (%s)", v, errs[0]), "name a StorageClass, or remove the annotation for the cluster default")
-			return
+		if p.name(key, v, validation.IsDNS1123Subdomain, "StorageClass", "name a StorageClass, or remove the annotation for the cluster default") {
+			p.a.StorageClass = &v
 		}
-		p.a.StorageClass = &v
 	case AnnotationTriggers:
 		ts, msg := ParseTriggers(v)
 		if msg != "" {

@@ -12,51 +12,44 @@ import (
 )
 
 func init() {
-	var f clusterFlags
 	var step string
 	var follow bool
-	cmd := &cobra.Command{
+	cmd := objectCommand(&cobra.Command{
 		Use:   "logs deferrun/NAME",
 		Short: "Print the logs of a defer run's steps, in order",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, c, ns, _, name, err := setup(cmd.Context(), &f, args[0], "deferrun", "deferrun", "pod")
-			if err != nil {
-				return err
+	}, "deferrun", []string{"deferrun", "pod"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
+		c, ns, name := t.c, t.ns, t.name
+		run := &v1.DeferRun{}
+		if err := c.Get(ctx, clientKey(ns, name), run); err != nil {
+			return &exitError{code: 1, msg: err.Error()}
+		}
+		pod := &corev1.Pod{}
+		if err := c.Get(ctx, clientKey(ns, v1.DeferPodName(run)), pod); err != nil {
+			return &exitError{code: 1, msg: fmt.Sprintf("defer pod of %s: %v (a skipped run has none; the defer pod goes with the work volume when it is released, so a succeeded run keeps only its outcome and each step's exit and message: kdefer status)", name, err)}
+		}
+		cs, err := t.flags.clientset()
+		if err != nil {
+			return err
+		}
+		var steps []string
+		for _, ctr := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+			if step == "" || step == ctr.Name {
+				steps = append(steps, ctr.Name)
 			}
-			run := &v1.DeferRun{}
-			if err := c.Get(ctx, clientKey(ns, name), run); err != nil {
-				return &exitError{code: 1, msg: err.Error()}
+		}
+		if len(steps) == 0 {
+			return &exitError{code: 2, msg: fmt.Sprintf("no step %q in %s", step, pod.Name)}
+		}
+		for _, s := range steps {
+			if len(steps) > 1 {
+				fmt.Fprintf(cmd.OutOrStdout(), "==> step %s <==\n", s)
 			}
-			pod := &corev1.Pod{}
-			if err := c.Get(ctx, clientKey(ns, v1.DeferPodName(run)), pod); err != nil {
-				return &exitError{code: 1, msg: fmt.Sprintf("defer pod of %s: %v (a skipped run has none; the defer pod goes with the work volume when it is released, so a succeeded run keeps only its outcome and each step's exit and message: kdefer status)", name, err)}
+			if err := streamLogs(ctx, cmd.OutOrStdout(), cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: s, Follow: follow})); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "step %s: %v\n", s, err)
 			}
-			cs, err := f.clientset()
-			if err != nil {
-				return err
-			}
-			var steps []string
-			for _, ctr := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-				if step == "" || step == ctr.Name {
-					steps = append(steps, ctr.Name)
-				}
-			}
-			if len(steps) == 0 {
-				return &exitError{code: 2, msg: fmt.Sprintf("no step %q in %s", step, pod.Name)}
-			}
-			for _, s := range steps {
-				if len(steps) > 1 {
-					fmt.Fprintf(cmd.OutOrStdout(), "==> step %s <==\n", s)
-				}
-				if err := streamLogs(ctx, cmd.OutOrStdout(), cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: s, Follow: follow})); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "step %s: %v\n", s, err)
-				}
-			}
-			return nil
-		},
-	}
-	f.add(cmd)
+		}
+		return nil
+	})
 	cmd.Flags().StringVarP(&step, "step", "c", "", "only this step (stage-out or a defer container's name)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log")
 	rootCmd.AddCommand(cmd)

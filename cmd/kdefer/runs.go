@@ -21,104 +21,94 @@ import (
 )
 
 func init() {
-	var f clusterFlags
-	status := &cobra.Command{
+	status := objectCommand(&cobra.Command{
 		Use:   "status job/NAME | pod/NAME | deferrun/NAME",
 		Short: "Show the defer runs of a Job, a pod or one run",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, c, ns, kind, name, err := setup(cmd.Context(), &f, args[0], "job", "job", "pod", "deferrun")
-			if err != nil {
-				return err
-			}
-			runs, job, err := findRuns(ctx, c, ns, kind, name)
-			if err != nil {
-				return err
-			}
-			printRuns(cmd.OutOrStdout(), runs, job)
-			return nil
-		},
-	}
-	f.add(status)
+	}, "job", []string{"job", "pod", "deferrun"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
+		runs, job, err := findRuns(ctx, t.c, t.ns, t.kind, t.name)
+		if err != nil {
+			return err
+		}
+		printRuns(cmd.OutOrStdout(), runs, job)
+		return nil
+	})
 
-	var wf clusterFlags
 	var timeout time.Duration
-	wait := &cobra.Command{
+	wait := objectCommand(&cobra.Command{
 		Use:   "wait job/NAME | pod/NAME | deferrun/NAME",
 		Short: "Wait until every defer run is final; exit 1 if any failed",
 		Long: `Wait until the Job has finished and every defer run of its pods is final
 (Succeeded, Failed or Skipped), then print them. Exit codes: 0 none failed,
 1 some failed, 2 usage or API errors, 3 timed out.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, c, ns, kind, name, err := setup(cmd.Context(), &wf, args[0], "job", "job", "pod", "deferrun")
-			if err != nil {
-				return err
-			}
-			return waitRuns(ctx, cmd.OutOrStdout(), c, ns, kind, name, timeout, time.Second)
-		},
-	}
-	wf.add(wait)
+	}, "job", []string{"job", "pod", "deferrun"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
+		return waitRuns(ctx, cmd.OutOrStdout(), t.c, t.ns, t.kind, t.name, timeout, time.Second)
+	})
 	wait.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up after this long (exit 3)")
 
-	var sf clusterFlags
-	skip := &cobra.Command{
+	skip := objectCommand(&cobra.Command{
 		Use:   "skip pod/NAME | job/NAME",
 		Short: "Skip the defer runs of a pod or Job: release the volume without staging out",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, c, ns, kind, name, err := setup(cmd.Context(), &sf, args[0], "pod", "pod", "job")
-			if err != nil {
-				return err
-			}
-			var obj client.Object = &corev1.Pod{}
-			if kind == "job" {
-				obj = &batchv1.Job{}
-			}
-			if err := annotate(ctx, c, obj, ns, name, v1.AnnotationSkip); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s/%s: defer runs will be skipped\n", kind, name)
-			return nil
-		},
-	}
-	sf.add(skip)
+	}, "pod", []string{"pod", "job"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
+		var obj client.Object = &corev1.Pod{}
+		if t.kind == "job" {
+			obj = &batchv1.Job{}
+		}
+		if err := annotate(ctx, t.c, obj, t.ns, t.name, v1.AnnotationSkip); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s/%s: defer runs will be skipped\n", t.kind, t.name)
+		return nil
+	})
 
-	var rf clusterFlags
-	release := &cobra.Command{
+	release := objectCommand(&cobra.Command{
 		Use:   "release deferrun/NAME",
 		Short: "Release a run's work volume (a retained one after a failure, or stop an unfinished run)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, c, ns, _, name, err := setup(cmd.Context(), &rf, args[0], "deferrun", "deferrun")
-			if err != nil {
-				return err
-			}
-			if err := annotate(ctx, c, &v1.DeferRun{}, ns, name, v1.AnnotationRelease); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deferrun/%s: its work volume will be released\n", name)
-			return nil
-		},
-	}
-	rf.add(release)
+	}, "deferrun", []string{"deferrun"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
+		if err := annotate(ctx, t.c, &v1.DeferRun{}, t.ns, t.name, v1.AnnotationRelease); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "deferrun/%s: its work volume will be released\n", t.name)
+		return nil
+	})
 	rootCmd.AddCommand(status, wait, skip, release)
 }
 
-func setup(ctx context.Context, f *clusterFlags, arg, def string, allowed ...string) (context.Context, client.Client, string, string, string, error) {
-	if ctx == nil {
-		ctx = context.Background()
+// target is the one object a cluster command works on, with the client and
+// the flags that reach its cluster.
+type target struct {
+	c              client.Client
+	flags          *clusterFlags
+	ns, kind, name string
+}
+
+// objectCommand completes cmd as a command on one object named KIND/NAME
+// (kind def when left out, one of allowed): it adds the cluster flags and
+// resolves the reference, client and namespace before handing over to run,
+// so that every such command treats a bad reference or kubeconfig alike.
+func objectCommand(cmd *cobra.Command, def string, allowed []string, run func(ctx context.Context, cmd *cobra.Command, t target) error) *cobra.Command {
+	f := &clusterFlags{}
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		kind, name, err := parseRef(args[0], def, allowed...)
+		if err != nil {
+			return err
+		}
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		ns, err := f.ns()
+		if err != nil {
+			return err
+		}
+		return run(ctx, cmd, target{c: c, flags: f, ns: ns, kind: kind, name: name})
 	}
-	kind, name, err := parseRef(arg, def, allowed...)
-	if err != nil {
-		return ctx, nil, "", "", "", err
-	}
-	c, err := f.client()
-	if err != nil {
-		return ctx, nil, "", "", "", err
-	}
-	ns, err := f.ns()
-	return ctx, c, ns, kind, name, err
+	f.add(cmd)
+	return cmd
 }
 
 func annotate(ctx context.Context, c client.Client, obj client.Object, ns, name, key string) error {

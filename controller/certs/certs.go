@@ -250,39 +250,48 @@ func (r *Rotator) writeFiles(data map[string][]byte) error {
 }
 
 func (r *Rotator) patchBundles(ctx context.Context, bundle []byte) error {
-	var errs []error
+	var objs []client.Object
 	for _, name := range r.opts.MutatingWebhooks {
-		wc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		errs = append(errs, r.patchBundle(ctx, name, wc, bundle, func() []*admissionregistrationv1.WebhookClientConfig {
-			cfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(wc.Webhooks))
-			for i := range wc.Webhooks {
-				cfgs[i] = &wc.Webhooks[i].ClientConfig
-			}
-			return cfgs
-		}))
+		objs = append(objs, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	}
 	for _, name := range r.opts.ValidatingWebhooks {
-		wc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		errs = append(errs, r.patchBundle(ctx, name, wc, bundle, func() []*admissionregistrationv1.WebhookClientConfig {
-			cfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(wc.Webhooks))
-			for i := range wc.Webhooks {
-				cfgs[i] = &wc.Webhooks[i].ClientConfig
-			}
-			return cfgs
-		}))
+		objs = append(objs, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	var errs []error
+	for _, obj := range objs {
+		errs = append(errs, r.patchBundle(ctx, obj, bundle))
 	}
 	return errors.Join(errs...)
 }
 
-// patchBundle sets bundle as the caBundle of every webhook of the named
-// configuration obj (read into obj; configs lists its client configs).
-func (r *Rotator) patchBundle(ctx context.Context, name string, obj client.Object, bundle []byte, configs func() []*admissionregistrationv1.WebhookClientConfig) error {
+// clientConfigs points at the client config of every webhook of a
+// mutating or validating webhook configuration: the two kinds hold their
+// webhooks in different types with the same ClientConfig field.
+func clientConfigs(obj client.Object) []*admissionregistrationv1.WebhookClientConfig {
+	var cfgs []*admissionregistrationv1.WebhookClientConfig
+	switch wc := obj.(type) {
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		for i := range wc.Webhooks {
+			cfgs = append(cfgs, &wc.Webhooks[i].ClientConfig)
+		}
+	case *admissionregistrationv1.ValidatingWebhookConfiguration:
+		for i := range wc.Webhooks {
+			cfgs = append(cfgs, &wc.Webhooks[i].ClientConfig)
+		}
+	}
+	return cfgs
+}
+
+// patchBundle sets bundle as the caBundle of every webhook of the webhook
+// configuration named by obj (read into obj; a missing one is left alone).
+func (r *Rotator) patchBundle(ctx context.Context, obj client.Object, bundle []byte) error {
+	name := obj.GetName()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := r.c.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 		changed := false
-		for _, cc := range configs() {
+		for _, cc := range clientConfigs(obj) {
 			if !bytes.Equal(cc.CABundle, bundle) {
 				cc.CABundle = bundle
 				changed = true
