@@ -17,11 +17,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdefer/kdefer/test/repo"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -62,22 +63,16 @@ type Env struct {
 	Scheme     *runtime.Scheme
 }
 
-// RepoRoot is the repository's root directory.
-func RepoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
 // Dir is the cluster's state directory: KDEFER_CLUSTER_DIR or bin/cluster.
 func Dir() string {
 	if d := os.Getenv("KDEFER_CLUSTER_DIR"); d != "" {
 		return d
 	}
-	return filepath.Join(RepoRoot(), "bin", "cluster")
+	return filepath.Join(repo.MustRoot(), "bin", "cluster")
 }
 
 // Script is the path of cluster.sh.
-func Script() string { return filepath.Join(RepoRoot(), "test", "cluster", "cluster.sh") }
+func Script() string { return filepath.Join(repo.MustRoot(), "test", "cluster", "cluster.sh") }
 
 // Load connects to the running cluster; it fails when the apiserver does not
 // answer /readyz within a few seconds or the node is not Ready.
@@ -154,7 +149,7 @@ func nodeReady(n *corev1.Node) bool {
 func Image(name string) (string, error) {
 	dir := os.Getenv("KDEFER_IMAGES_DIR")
 	if dir == "" {
-		dir = filepath.Join(RepoRoot(), "bin", "images")
+		dir = filepath.Join(repo.MustRoot(), "bin", "images")
 	}
 	b, err := os.ReadFile(filepath.Join(dir, name+".ref"))
 	if err != nil {

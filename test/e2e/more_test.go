@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdefer/kdefer/test/repo"
+
 	ggcr "github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -202,7 +204,7 @@ func inspectImage(t *testing.T, env *clusterenv.Env) string {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "inspect")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./test/e2e/inspect")
-	cmd.Dir = clusterenv.RepoRoot()
+	cmd.Dir = repo.MustRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build inspect: %v\n%s", err, out)

@@ -7,8 +7,9 @@ package envtest
 import (
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"testing"
+
+	"github.com/kdefer/kdefer/test/repo"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -30,12 +31,6 @@ type Env struct {
 // options, extra CRD or manifest paths, apiserver flags).
 type Option func(*ctrlenvtest.Environment)
 
-// RepoRoot is the repository's root directory.
-func RepoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
 // Start starts the environment and stops it when the test ends.
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
@@ -48,7 +43,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 	}
 	scheme := kdeferscheme.New()
 	te := &ctrlenvtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "deploy", "crd")},
+		CRDDirectoryPaths:     []string{filepath.Join(repo.MustRoot(), "deploy", "crd")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 		Scheme:                scheme,

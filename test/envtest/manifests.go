@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdefer/kdefer/test/repo"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,7 +32,7 @@ import (
 // LocalServingPort and LocalServingCertDir.
 func WithWebhooks() Option {
 	return func(e *ctrlenvtest.Environment) {
-		e.WebhookInstallOptions.Paths = append(e.WebhookInstallOptions.Paths, filepath.Join(RepoRoot(), "deploy", "webhook", "webhooks.yaml"))
+		e.WebhookInstallOptions.Paths = append(e.WebhookInstallOptions.Paths, filepath.Join(repo.MustRoot(), "deploy", "webhook", "webhooks.yaml"))
 	}
 }
 
@@ -71,7 +73,7 @@ func DecodeObjects(t testing.TB, data []byte) []*unstructured.Unstructured {
 // the repository root).
 func ReadObjects(t testing.TB, path string) []*unstructured.Unstructured {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(RepoRoot(), path))
+	data, err := os.ReadFile(filepath.Join(repo.MustRoot(), path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func ReadObjects(t testing.TB, path string) []*unstructured.Unstructured {
 func Kustomize(t testing.TB, dir string) []byte {
 	t.Helper()
 	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	out, err := exec.Command(kubectl, "kustomize", filepath.Join(RepoRoot(), dir)).Output()
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(repo.MustRoot(), dir)).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, ee.Stderr)

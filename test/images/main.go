@@ -27,7 +27,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,6 +38,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kdefer/kdefer/test/repo"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -71,7 +72,7 @@ func main() {
 	if *tag == "latest" || *tag == "" {
 		fatalf("--tag must be a fixed, non-latest tag")
 	}
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -359,23 +360,6 @@ func writeAtomic(path string, write func(string) error) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("images: run inside the kdefer module (no go.mod found)")
-		}
-		dir = parent
-	}
 }
 
 func envOr(k, def string) string {

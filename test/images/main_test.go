@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kdefer/kdefer/test/repo"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -14,7 +16,7 @@ import (
 )
 
 func TestPauseImageTarballAndPush(t *testing.T) {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdefer/kdefer/test/repo"
+
 	"github.com/go-logr/zerologr"
 	"github.com/rs/zerolog"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -59,7 +61,6 @@ import (
 	"github.com/kdefer/kdefer/controller/webhook"
 	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/stagecontract"
-	"github.com/kdefer/kdefer/test/envtest"
 )
 
 var (
@@ -111,7 +112,7 @@ func run() error {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run 'make envtest-assets' (make bench-controller does)")
 	}
 	te := &ctrlenvtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(envtest.RepoRoot(), "deploy", "crd")},
+		CRDDirectoryPaths:     []string{filepath.Join(repo.MustRoot(), "deploy", "crd")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 		Scheme:                scheme.New(),
@@ -428,7 +429,7 @@ func profileAPIServer(ctx context.Context, cfg *rest.Config, path string, secs i
 // armWebhookConfig is deploy/webhook's MutatingWebhookConfiguration with
 // only the work-PVC arming webhook.
 func armWebhookConfig() (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
-	data, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "deploy", "webhook", "webhooks.yaml"))
+	data, err := os.ReadFile(filepath.Join(repo.MustRoot(), "deploy", "webhook", "webhooks.yaml"))
 	if err != nil {
 		return nil, err
 	}
