@@ -25,9 +25,13 @@ export KDEFER_ETCD_DIR = $(shell $(TOOLS) path etcd)
 export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all build test unit fuzz verify lint generate tools envtest-assets bench-stage bench-controller e2e e2e-soak demo demo-down fmt vet
+.PHONY: all help build test unit fuzz verify lint generate tools envtest-assets bench-stage bench-controller e2e e2e-soak demo demo-down fmt vet
 
 all: build
+
+## help: what each target does, and the tier budget (the ## comments here).
+help:
+	@sed -n 's/^## \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 build:
 	$(GO) build ./...
