@@ -82,10 +82,12 @@ generate:
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:dir=deploy/crd
 	$(GO) tool controller-gen rbac:roleName=kdefer-manager paths=./controller/... output:rbac:dir=deploy/rbac
 
-## verify: generated code and manifests are committed and current; code is formatted and vetted.
-verify: generate
+## verify: generated code and manifests are committed and current; code is
+## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`).
+verify: generate $(GOLANGCI_LINT)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 	@# deploy/rbac's hand-written rules (resourceNames) against the code they serve
 	$(GO) test -count=1 -run '^TestWebhookConfigurationRBAC$$' ./controller/certs
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }

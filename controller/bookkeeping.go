@@ -45,9 +45,9 @@ type creationRate struct {
 
 func (c *creationRate) roll(now time.Time) {
 	s := now.Unix()
-	switch {
-	case s == c.sec:
-	case s == c.sec+1:
+	switch s {
+	case c.sec:
+	case c.sec + 1:
 		c.sec, c.prev, c.cur = s, c.cur, 0
 	default:
 		c.sec, c.prev, c.cur = s, 0, 0

@@ -83,7 +83,7 @@ func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 			return Classification{Done: true, Trigger: v1.TriggerDeleted, Skip: true}
 		}
 	}
-	if !terminal && !(deleting && terminated) {
+	if ended := terminal || (deleting && terminated); !ended {
 		return Classification{}
 	}
 	c.Done = true

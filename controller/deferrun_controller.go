@@ -166,7 +166,7 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 	if err := r.writeStatus(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	r.emit(ctx, s)
+	r.emit(s)
 	if run.DeletionTimestamp != nil && v1.Finished(run) && meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
 		if err := r.deleteLeftoverDeferPod(ctx, run); err != nil {
 			return reconcile.Result{}, err
@@ -292,7 +292,7 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 
 // emit sends the pass's events, on the run and on its Job, after the status
 // they describe is stored.
-func (r *RunReconciler) emit(ctx context.Context, s *runState) {
+func (r *RunReconciler) emit(s *runState) {
 	if r.recorder == nil {
 		return
 	}

@@ -201,8 +201,10 @@ func (h *harness) waitDeferPod(run *v1.DeferRun) *corev1.Pod {
 	return p
 }
 
-func (h *harness) finishDeferPod(p *corev1.Pod, code int32, restarts int32, sum *stagecontract.StageSummary, failed bool) {
-	h.updatePodStatus(p, func(p *corev1.Pod) { kt.FinishDeferPod(p, code, restarts, sum, failed) })
+// finishDeferPod ends the defer pod as the kubelet reports a pod whose
+// containers exited: its stage container with code after restarts restarts.
+func (h *harness) finishDeferPod(p *corev1.Pod, code int32, restarts int32, sum *stagecontract.StageSummary) {
+	h.updatePodStatus(p, func(p *corev1.Pod) { kt.FinishDeferPod(p, code, restarts, sum, false) })
 }
 
 func (h *harness) waitFinished(run *v1.DeferRun, typ string) {

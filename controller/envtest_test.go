@@ -52,13 +52,15 @@ func testTriggers(h *harness) {
 			h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, code, reason, phase, podReason, cs...) })
 		}
 	}
-	deleteThen := func(cond string, code int32) endFn {
+	// deleteThen deletes the pod after an optional DisruptionTarget
+	// condition; its containers end with SIGTERM's exit code 143.
+	deleteThen := func(cond string) endFn {
 		return func(h *harness, pod *corev1.Pod) {
 			if cond != "" {
 				h.updatePodStatus(pod, func(p *corev1.Pod) { p.Status.Conditions = append(p.Status.Conditions, kt.DisruptionTarget(cond)) })
 			}
 			h.deletePod(pod, 30)
-			h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, code, "Error", corev1.PodFailed, "") })
+			h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 143, "Error", corev1.PodFailed, "") })
 		}
 	}
 	cases := []struct {
@@ -70,12 +72,12 @@ func testTriggers(h *harness) {
 		{"failed", status(1, "Error", corev1.PodFailed, ""), v1.TriggerFailed},
 		{"oomkilled", status(137, "OOMKilled", corev1.PodFailed, ""), v1.TriggerOOMKilled},
 		{"evicted", status(137, "Error", corev1.PodFailed, "Evicted"), v1.TriggerEvicted},
-		{"drained", deleteThen("EvictionByEvictionAPI", 143), v1.TriggerDrained},
-		{"preempted", deleteThen("PreemptionByScheduler", 143), v1.TriggerPreempted},
+		{"drained", deleteThen("EvictionByEvictionAPI"), v1.TriggerDrained},
+		{"preempted", deleteThen("PreemptionByScheduler"), v1.TriggerPreempted},
 		{"deadline", status(137, "Error", corev1.PodFailed, "DeadlineExceeded"), v1.TriggerDeadlineExceeded},
-		{"deleted", deleteThen("", 143), v1.TriggerDeleted},
+		{"deleted", deleteThen(""), v1.TriggerDeleted},
 		{"shutdown", status(143, "Error", corev1.PodFailed, "Terminated"), v1.TriggerNodeShutdown},
-		{"taint", deleteThen("DeletionByTaintManager", 143), v1.TriggerTaintEviction},
+		{"taint", deleteThen("DeletionByTaintManager"), v1.TriggerTaintEviction},
 		{"podgc", status(137, "Error", corev1.PodFailed, "", "DeletionByPodGC"), v1.TriggerPodGC},
 	}
 	for _, tc := range cases {
@@ -94,7 +96,7 @@ func testTriggers(h *harness) {
 		if refs := dp.OwnerReferences; len(refs) != 1 || refs[0].Kind != "PersistentVolumeClaim" || refs[0].UID != pvc.UID {
 			h.t.Errorf("%s: defer pod owners %+v, want the work PVC %s", tc.name, refs, pvc.UID)
 		}
-		h.finishDeferPod(dp, 0, 0, okSummary, false)
+		h.finishDeferPod(dp, 0, 0, okSummary)
 		h.waitFinished(run, v1.DeferRunSucceeded)
 		if run.Status.Trigger != tc.want || run.Status.Bytes != 1234 || run.Status.Objects != 3 || run.Status.ManifestURL != okSummary.ManifestURL {
 			h.t.Errorf("%s: run status.trigger=%s status=%+v", tc.name, run.Status.Trigger, run.Status)
@@ -133,7 +135,7 @@ func testFailures(h *harness) {
 		run := h.waitArmed(pod)
 		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
 		dp := h.waitDeferPod(run)
-		h.finishDeferPod(dp, tc.code, tc.restarts, &stagecontract.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"}, false)
+		h.finishDeferPod(dp, tc.code, tc.restarts, &stagecontract.StageSummary{Op: "out", ErrorClass: "permanent", Error: "bucket does not exist"})
 		h.waitFinished(run, v1.DeferRunFailed)
 		if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); c.Reason != tc.reason {
 			h.t.Errorf("%s: Failed reason %s (%s), want %s", tc.name, c.Reason, c.Message, tc.reason)
@@ -179,7 +181,7 @@ func testConfigError(h *harness) {
 	if *dp.Spec.ActiveDeadlineSeconds != 3600 {
 		h.t.Errorf("activeDeadlineSeconds = %d, want the policy's 3600", *dp.Spec.ActiveDeadlineSeconds)
 	}
-	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.finishDeferPod(dp, 0, 0, okSummary)
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError); c.Status != metav1.ConditionFalse {
 		h.t.Errorf("ConfigError still %s", c.Status)
@@ -227,7 +229,7 @@ func testAdoptDeleting(h *harness) {
 	}
 	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 143, "Error", corev1.PodFailed, "") })
 	dp := h.waitDeferPod(run)
-	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.finishDeferPod(dp, 0, 0, okSummary)
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	h.waitPodReleased(pod)
 }
@@ -249,7 +251,7 @@ func testDowntime(h *harness) {
 	if env(dp, stagecontract.EnvTrigger) != string(v1.TriggerFailed) {
 		h.t.Errorf("trigger %q, want Failed (it failed before it was deleted)", env(dp, stagecontract.EnvTrigger))
 	}
-	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.finishDeferPod(dp, 0, 0, okSummary)
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	h.waitPodReleased(pod)
 	h.eventually("PVC released", func() (bool, error) { return h.pvcGone(pod) })
@@ -306,7 +308,7 @@ func crashScenario(h *harness, ns, name string) []kt.Write {
 		err := h.get(run)
 		return run.Status.State == v1.DeferRunStagingOut, err
 	})
-	h.finishDeferPod(dp, 0, 0, okSummary, false)
+	h.finishDeferPod(dp, 0, 0, okSummary)
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	h.waitPodReleased(pod)
 	h.eventually("PVC released", func() (bool, error) { return h.pvcGone(pod) })

@@ -25,7 +25,7 @@ func testIncomplete(h *harness) {
 	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
 	sum := *okSummary
 	sum.Unsaved = 2
-	h.finishDeferPod(h.waitDeferPod(run), 0, 0, &sum, false)
+	h.finishDeferPod(h.waitDeferPod(run), 0, 0, &sum)
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunIncomplete)
 	if c == nil || c.Status != "True" || c.Reason != v1.ReasonUnsavedFiles {

@@ -13,7 +13,7 @@ import (
 // TestMain sends the manager's logs nowhere, or to stderr with
 // KDEFER_TEST_LOG=1.
 func TestMain(m *testing.M) {
-	var w io.Writer = io.Discard
+	w := io.Discard
 	if os.Getenv("KDEFER_TEST_LOG") == "1" {
 		w = os.Stderr
 	}

@@ -33,7 +33,7 @@ func TestMaxDeadline(t *testing.T) {
 		if got := *dp.Spec.ActiveDeadlineSeconds; got != int64(tc.want/time.Second) {
 			t.Errorf("%s: defer pod activeDeadlineSeconds = %d, want %d", tc.name, got, int64(tc.want/time.Second))
 		}
-		h.finishDeferPod(dp, 0, 0, okSummary, false)
+		h.finishDeferPod(dp, 0, 0, okSummary)
 		h.waitFinished(run, v1.DeferRunSucceeded)
 		if d := run.Status.Deadline; d == nil || d.Duration != tc.want {
 			t.Errorf("%s: status.deadline = %v, want %s", tc.name, d, tc.want)

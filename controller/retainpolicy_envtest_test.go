@@ -37,7 +37,7 @@ func TestReleaseUnderRetainPolicy(t *testing.T) {
 	_, ok := h.managedJobPod(ns, "ok")
 	run := h.waitArmed(ok)
 	h.updatePodStatus(ok, func(p *corev1.Pod) { kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "") })
-	h.finishDeferPod(h.waitDeferPod(run), 0, 0, okSummary, false)
+	h.finishDeferPod(h.waitDeferPod(run), 0, 0, okSummary)
 	h.waitFinished(run, v1.DeferRunSucceeded)
 	h.eventually("a succeeded run's volume released", func() (bool, error) { return h.pvcGone(ok) })
 
@@ -58,7 +58,7 @@ func TestReleaseUnderRetainPolicy(t *testing.T) {
 		_, pod := h.managedJobPod(ns, tc.name)
 		run := h.waitArmed(pod)
 		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 1, "Error", corev1.PodFailed, "") })
-		h.finishDeferPod(h.waitDeferPod(run), tc.code, 0, tc.sum, false)
+		h.finishDeferPod(h.waitDeferPod(run), tc.code, 0, tc.sum)
 		h.waitFinished(run, tc.want)
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name + "-" + v1.DefaultWorkVolumeName}}
 		must(t, h.get(pvc))

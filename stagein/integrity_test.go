@@ -77,7 +77,11 @@ func TestPrefixIntegrityFile(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(dir, "data.bin"), bad, 0o644); err != nil {
 					t.Fatal(err)
 				}
-				defer os.WriteFile(filepath.Join(dir, "data.bin"), data, 0o644)
+				defer func() {
+					if err := os.WriteFile(filepath.Join(dir, "data.bin"), data, 0o644); err != nil {
+						t.Error(err)
+					}
+				}()
 				dst := t.TempDir()
 				_, err := stagein.Run(context.Background(), inOpts(be, u, dst))
 				got, want := md5.Sum(bad), md5.Sum(data)
@@ -90,7 +94,11 @@ func TestPrefixIntegrityFile(t *testing.T) {
 						_ = os.Truncate(filepath.Join(dir, "data.bin"), int64(size-10))
 					}
 				}}
-				defer os.WriteFile(filepath.Join(dir, "data.bin"), data, 0o644)
+				defer func() {
+					if err := os.WriteFile(filepath.Join(dir, "data.bin"), data, 0o644); err != nil {
+						t.Error(err)
+					}
+				}()
 				dst := t.TempDir()
 				_, err := stagein.Run(context.Background(), inOpts(trunc, u, dst))
 				wantCorrupt(t, err, dst, "data.bin", fmt.Sprint(size-10), fmt.Sprint(size))

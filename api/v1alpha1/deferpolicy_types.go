@@ -117,6 +117,7 @@ type StageOut struct {
 	// --allow-file-urls); mem (kdefer-stage's tests) is refused by admission.
 	// S3 options go in the query (endpoint, region, use_path_style,
 	// disable_https).
+	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="stageOut.url must start with s3://, gs://, azblob://, file:// or mem://"
@@ -144,6 +145,7 @@ type StageOut struct {
 type StageIn struct {
 	// url is a prefix, or a manifest object ending in _kdefer/manifest.json
 	// (then exactly its files are fetched and their checksums verified).
+	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="stageIn.url must start with s3://, gs://, azblob://, file:// or mem://"
@@ -188,6 +190,7 @@ type WorkVolume struct {
 // TriggerRule selects what a defer run does for some triggers.
 type TriggerRule struct {
 	// triggers this rule applies to.
+	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +listType=set
 	Triggers []Trigger `json:"triggers"`
@@ -220,7 +223,9 @@ type TriggerRule struct {
 type TriggerAction string
 
 const (
-	TriggerActionRun  TriggerAction = "Run"
+	// TriggerActionRun runs the defer pod for the rule's triggers.
+	TriggerActionRun TriggerAction = "Run"
+	// TriggerActionSkip runs no defer pod for the rule's triggers.
 	TriggerActionSkip TriggerAction = "Skip"
 )
 
@@ -229,8 +234,11 @@ const (
 type LockedField string
 
 const (
-	LockedStageOut    LockedField = "stageOut"
-	LockedStageIn     LockedField = "stageIn"
+	// LockedStageOut locks stageOut: its URL, path, include and exclude.
+	LockedStageOut LockedField = "stageOut"
+	// LockedStageIn locks stageIn: its URLs and paths.
+	LockedStageIn LockedField = "stageIn"
+	// LockedCredentials locks the credentials Secret's name.
 	LockedCredentials LockedField = "credentials"
 )
 
@@ -247,6 +255,7 @@ var LockedAnnotations = map[LockedField][]string{
 type OnFailure struct {
 	// volume is Retain (default: keep the PVC for inspection or a rerun) or
 	// Release (delete it).
+	// +required
 	// +kubebuilder:validation:Enum=Retain;Release
 	Volume VolumeAction `json:"volume"`
 
@@ -260,7 +269,9 @@ type OnFailure struct {
 type VolumeAction string
 
 const (
-	VolumeRetain  VolumeAction = "Retain"
+	// VolumeRetain keeps the work volume's PVC for inspection or a rerun.
+	VolumeRetain VolumeAction = "Retain"
+	// VolumeRelease deletes the work volume's PVC.
 	VolumeRelease VolumeAction = "Release"
 )
 
@@ -282,10 +293,18 @@ type DeferPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.spec.deadline`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeferPolicy struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   DeferPolicySpec   `json:"spec,omitempty"`
+	// spec says what happens to a managed pod's work volume after its main
+	// containers end. Jobs name a policy with the kdefer.io/policy
+	// annotation; their other kdefer.io annotations override its fields.
+	// +optional
+	Spec DeferPolicySpec `json:"spec,omitempty"`
+	// status is reserved for conditions about the policy itself.
+	// +optional
 	Status DeferPolicyStatus `json:"status,omitempty"`
 }
 
@@ -295,8 +314,4 @@ type DeferPolicyList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DeferPolicy `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&DeferPolicy{}, &DeferPolicyList{})
 }

@@ -10,10 +10,12 @@ import (
 // the pod ends (trigger, exit codes, node) is status.
 type DeferRunSpec struct {
 	// podName of the managed pod.
+	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.podName is immutable"
 	PodName string `json:"podName"`
 
 	// podUID of the managed pod.
+	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.podUID is immutable"
 	PodUID types.UID `json:"podUID"`
 
@@ -34,6 +36,7 @@ type DeferRunSpec struct {
 	// policy is the effective policy (the named DeferPolicy with the Job's
 	// annotations applied) when the run was armed. Later edits of the
 	// DeferPolicy do not change a run already armed.
+	// +required
 	Policy DeferPolicySpec `json:"policy"`
 
 	// policyName is the DeferPolicy the run was armed from, if any.
@@ -74,16 +77,20 @@ type StageUser struct {
 // RetainedVolume is a pod volume kept alive for the defer run.
 type RetainedVolume struct {
 	// name of the volume in the pod.
+	// +required
 	Name string `json:"name"`
 	// claimName of the PersistentVolumeClaim behind it.
+	// +required
 	ClaimName string `json:"claimName"`
 }
 
 // ContainerExit is how one main container ended.
 type ContainerExit struct {
 	// name of the container.
+	// +required
 	Name string `json:"name"`
 	// exitCode of its last termination.
+	// +required
 	ExitCode int32 `json:"exitCode"`
 	// reason of its last termination (e.g. OOMKilled, Error, Completed).
 	// +optional
@@ -111,7 +118,7 @@ type DeferRunStatus struct {
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
 
-	// conditions: Armed, Triggered, StagingOut, Succeeded, Failed, Skipped,
+	// conditions of the run: Armed, Triggered, StagingOut, Succeeded, Failed, Skipped,
 	// VolumeReleased, ConfigError when the run waits for a fix, and
 	// Incomplete when a stage-out could not store every file.
 	// +optional
@@ -179,6 +186,7 @@ type DeferRunStatus struct {
 // StepStatus is one step of a defer run.
 type StepStatus struct {
 	// name of the step ("stage-out" or a defer container's name).
+	// +required
 	Name string `json:"name"`
 	// attempts started so far.
 	// +optional
@@ -205,10 +213,22 @@ type StepStatus struct {
 // +kubebuilder:printcolumn:name="Unsaved",type=integer,JSONPath=`.status.unsaved`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeferRun struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   DeferRunSpec   `json:"spec,omitempty"`
+	// spec identifies the managed pod the DeferRun serves and the policy it
+	// runs. It is written once, when the run is armed; what is learned when
+	// the pod ends (trigger, exit codes, node) is status.
+	// +optional
+	Spec DeferRunSpec `json:"spec,omitempty"`
+	// status records why the pod ended and what the defer run did.
+	// Conditions are authoritative; state is a one-word digest of them for
+	// display. The trigger, exit codes and node are written with the first
+	// status after the pod ended (StagingOut, or the final status when the
+	// defer pod finished first).
+	// +optional
 	Status DeferRunStatus `json:"status,omitempty"`
 }
 
@@ -218,8 +238,4 @@ type DeferRunList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DeferRun `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&DeferRun{}, &DeferRunList{})
 }

@@ -6,16 +6,17 @@
 //
 // It is the bottom layer: it must not import any other kdefer package but the
 // Kubernetes-free leaves stagecontract and internal/version, nor anything
-// that talks to a cluster (no clients, no controller-runtime
-// beyond its scheme builder).
+// that talks to a cluster (no clients, no controller-runtime: its scheme
+// builder is apimachinery's, as in k8s.io/api).
 //
 // +kubebuilder:object:generate=true
 // +groupName=kdefer.io
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -23,8 +24,19 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "kdefer.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers kdefer's types with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds kdefer's types to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers every kdefer kind, and the meta/v1 types (options,
+// WatchEvent) a client needs for the group version.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&DeferPolicy{}, &DeferPolicyList{},
+		&DeferRun{}, &DeferRunList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

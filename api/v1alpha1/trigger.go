@@ -6,34 +6,39 @@ package v1alpha1
 type Trigger string
 
 const (
-	// TriggerSucceeded: every main container exited 0.
+	// TriggerSucceeded means every main container exited 0.
 	TriggerSucceeded Trigger = "Succeeded"
-	// TriggerFailed: a main container exited non-zero for no reason below.
+	// TriggerFailed means a main container exited non-zero for no reason below.
 	TriggerFailed Trigger = "Failed"
-	// TriggerOOMKilled: a main container was terminated with reason OOMKilled
-	// (whatever its exit code: a killed child can leave exit 0).
+	// TriggerOOMKilled means a main container was terminated with reason
+	// OOMKilled (whatever its exit code: a killed child can leave exit 0).
 	TriggerOOMKilled Trigger = "OOMKilled"
-	// TriggerEvicted: the kubelet evicted the pod for node pressure or an
+	// TriggerEvicted means the kubelet evicted the pod for node pressure or an
 	// exceeded ephemeral-storage limit (status.reason=Evicted).
 	TriggerEvicted Trigger = "Evicted"
-	// TriggerDrained: evicted through the Eviction API (kubectl drain),
-	// DisruptionTarget reason EvictionByEvictionAPI.
+	// TriggerDrained means the pod was evicted through the Eviction API
+	// (kubectl drain), DisruptionTarget reason EvictionByEvictionAPI.
 	TriggerDrained Trigger = "Drained"
-	// TriggerPreempted: preempted by the scheduler (PreemptionByScheduler).
+	// TriggerPreempted means the scheduler preempted the pod
+	// (PreemptionByScheduler).
 	TriggerPreempted Trigger = "Preempted"
-	// TriggerDeadlineExceeded: the Job's or pod's activeDeadlineSeconds passed.
+	// TriggerDeadlineExceeded means the Job's or pod's activeDeadlineSeconds
+	// passed.
 	TriggerDeadlineExceeded Trigger = "DeadlineExceeded"
-	// TriggerDeleted: the pod was deleted by a user or a controller.
+	// TriggerDeleted means the pod was deleted by a user or a controller.
 	TriggerDeleted Trigger = "Deleted"
-	// TriggerNodeShutdown: graceful node shutdown (TerminationByKubelet with a
-	// shutdown message, or status.reason=Terminated/Shutdown).
+	// TriggerNodeShutdown means a graceful node shutdown ended the pod
+	// (TerminationByKubelet with a shutdown message, or
+	// status.reason=Terminated/Shutdown).
 	TriggerNodeShutdown Trigger = "NodeShutdown"
-	// TriggerTaintEviction: removed by the taint manager (DeletionByTaintManager).
+	// TriggerTaintEviction means the taint manager removed the pod
+	// (DeletionByTaintManager).
 	TriggerTaintEviction Trigger = "TaintEviction"
-	// TriggerPodGC: removed by the pod garbage collector (DeletionByPodGC),
-	// e.g. its node is gone.
+	// TriggerPodGC means the pod garbage collector removed the pod
+	// (DeletionByPodGC), e.g. its node is gone.
 	TriggerPodGC Trigger = "PodGC"
-	// TriggerNodeLost: the pod's node stopped reporting before the pod ended.
+	// TriggerNodeLost means the pod's node stopped reporting before the pod
+	// ended.
 	TriggerNodeLost Trigger = "NodeLost"
 )
 

@@ -50,14 +50,14 @@ A Job that names a DeferPolicy needs that policy in the input.
   kdefer render -f policy.yaml -f job.yaml | kubectl apply -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runRender(cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
+			return runRender(cmd.InOrStdin(), cmd.OutOrStdout(), &f)
 		},
 	}
 	f.add(cmd)
 	rootCmd.AddCommand(cmd)
 }
 
-func runRender(stdin io.Reader, stdout, stderr io.Writer, f *renderFlags) error {
+func runRender(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 	docs, ps, err := readInput(f.files, stdin)
 	if err != nil {
 		return err

@@ -238,28 +238,31 @@ func (w *PodWrapper) Deleting(at time.Duration, grace int64) *PodWrapper {
 	return w
 }
 
-// Succeeded: every main container exited 0, phase Succeeded.
+// Succeeded ends the pod as a success: every main container exited 0, phase
+// Succeeded.
 func (w *PodWrapper) Succeeded() *PodWrapper {
 	return w.AllTerminated(0, "Completed").Phase(corev1.PodSucceeded)
 }
 
-// Failed: every main container exited 1, phase Failed.
+// Failed ends the pod as a failure: every main container exited 1, phase
+// Failed.
 func (w *PodWrapper) Failed() *PodWrapper { return w.AllTerminated(1, "Error").Phase(corev1.PodFailed) }
 
-// OOMKilled: main killed by the OOM killer (exit 137), phase Failed.
+// OOMKilled ends the pod with main killed by the OOM killer (exit 137),
+// phase Failed.
 func (w *PodWrapper) OOMKilled() *PodWrapper {
 	return w.AllTerminated(137, "OOMKilled").Phase(corev1.PodFailed)
 }
 
-// Evicted: the kubelet's node-pressure or ephemeral-storage eviction as
-// observed on v1.34: phase Failed, status.reason Evicted, exit 137, no
+// Evicted ends the pod as the kubelet's node-pressure or ephemeral-storage
+// eviction does on v1.34: phase Failed, status.reason Evicted, exit 137, no
 // DisruptionTarget.
 func (w *PodWrapper) Evicted() *PodWrapper {
 	return w.AllTerminated(137, "Error").Phase(corev1.PodFailed).
 		Reason("Evicted", "Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ")
 }
 
-// Drained: an Eviction-API eviction as observed on v1.34: DisruptionTarget
+// Drained ends the pod as an Eviction-API eviction does on v1.34: DisruptionTarget
 // EvictionByEvictionAPI, deletionTimestamp, exit 143, phase Failed, empty
 // status.reason.
 func (w *PodWrapper) Drained() *PodWrapper {

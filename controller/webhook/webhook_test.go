@@ -26,8 +26,12 @@ var opts = Options{Render: render.Options{StageImage: "img:test"}}
 
 func handlers(t *testing.T, objs ...*v1.DeferPolicy) *Handlers {
 	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1.AddToScheme(s)
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
 	b := fake.NewClientBuilder().WithScheme(s)
 	for _, o := range objs {
 		b = b.WithObjects(o)

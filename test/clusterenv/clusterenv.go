@@ -223,7 +223,9 @@ func ServeOnNode(t testing.TB, h http.Handler) string {
 		t.Fatalf("listen on the node address %s (is the cluster up?): %v", NodeIP, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(l)
+	// Serve returns http.ErrServerClosed once the cleanup closes it; an
+	// earlier failure shows as the cluster's failing calls to h.
+	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + l.Addr().String()
 }

@@ -243,7 +243,7 @@ func restrictedPod(spec *corev1.PodSpec, uid, gid, fsGroup int64) {
 }
 
 // job builds an opted-in Job running w, staging out to the scenario's bucket.
-func (s *scenario) job(name string, w workload) *batchv1.Job {
+func (s *scenario) job(name string, w workload) *batchv1.Job { //nolint:unparam // the scenario names its Job, and checkOutputs finds the outputs by that name
 	busybox := clusterenv.MustImage(s.t, "busybox")
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -522,7 +522,7 @@ func (s *scenario) recordPVs() {
 }
 
 // podGone waits until the pod has been deleted (its finalizer removed).
-func (s *scenario) podGone(pod string, timeout time.Duration) {
+func (s *scenario) podGone(pod string, timeout time.Duration) { //nolint:unparam // each scenario states how long it allows
 	s.t.Helper()
 	if err := s.env.WaitPodGone(s.ctx, s.ns, pod, timeout); err != nil {
 		s.t.Fatal(err)
@@ -615,7 +615,8 @@ func (s *scenario) noLeaks(timeout time.Duration) {
 			if err != nil {
 				return false, err
 			}
-			return !(p.Status.Phase == corev1.VolumeBound && p.Spec.ClaimRef != nil && p.Spec.ClaimRef.Namespace == s.ns && p.Spec.ClaimRef.Name == claim), nil
+			bound := p.Status.Phase == corev1.VolumeBound && p.Spec.ClaimRef != nil && p.Spec.ClaimRef.Namespace == s.ns && p.Spec.ClaimRef.Name == claim
+			return !bound, nil
 		})
 		if err != nil {
 			s.t.Error(err)
@@ -666,7 +667,7 @@ func (s *scenario) objects(prefix string) map[string]object {
 // NAMESPACE/JOB/POD/: every byte of out/f*.dat, SHA256SUMS as the pod
 // computed it, and the manifest, listing exactly those objects, written
 // last, with the trigger. extra are other keys expected (e.g. inputs).
-func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger, extra ...string) map[string]object {
+func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger, extra ...string) map[string]object { //nolint:unparam // the scenario names the Job whose outputs it checks, as in s.job
 	s.t.Helper()
 	prefix := s.ns + "/" + job + "/" + pod + "/"
 	objs := s.objects(prefix)

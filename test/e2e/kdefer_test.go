@@ -257,7 +257,7 @@ func (s *scenario) armedAtCreation(pod string) {
 		s.t.Fatalf("work PVC %s owners %+v: no DeferRun", pvc.Name, pvc.OwnerReferences)
 	}
 	for _, mf := range pvc.ManagedFields {
-		if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), uid) {
+		if mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), uid) {
 			s.t.Errorf("work PVC %s: the DeferRun's ownerReference was written by %s (%s) after the PVC's creation: armed by the controller, not by the webhook", pvc.Name, mf.Manager, mf.Operation)
 		}
 	}

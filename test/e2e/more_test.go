@@ -218,8 +218,12 @@ func inspectImage(t *testing.T, env *clusterenv.Env) string {
 	if err := tw.WriteHeader(&tar.Header{Name: "inspect", Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	tw.Write(data)
-	tw.Close()
+	if _, err := tw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	lb := layer.Bytes()
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(lb)), nil })
 	if err != nil {

@@ -515,7 +515,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 			}
 		}
 		for _, o := range local {
-			if err := env.Client.Patch(ctx, o, client.Apply, client.FieldOwner("kdefer-test"), client.ForceOwnership, client.DryRunAll); err != nil { //nolint:staticcheck
+			if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("kdefer-test"), client.ForceOwnership, client.DryRunAll); err != nil {
 				t.Errorf("local overlay: %s %s rejected: %v", o.GetKind(), o.GetName(), err)
 			}
 		}

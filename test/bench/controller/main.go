@@ -100,7 +100,7 @@ func logf(format string, args ...any) {
 }
 
 func run() error {
-	var w io.Writer = io.Discard
+	w := io.Discard
 	if *verbose {
 		w = os.Stderr
 	}
@@ -625,9 +625,11 @@ func cpuTimes() map[string]time.Duration {
 			return "", 0, 0, false
 		}
 		var utime, stime int64
-		fmt.Sscan(f[1], &ppid)
-		fmt.Sscan(f[11], &utime)
-		fmt.Sscan(f[12], &stime)
+		for i, v := range map[int]any{1: &ppid, 11: &utime, 12: &stime} {
+			if _, err := fmt.Sscan(f[i], v); err != nil {
+				return "", 0, 0, false
+			}
+		}
 		return s[open+1 : end], ppid, time.Duration(utime+stime) * 10 * time.Millisecond, true // USER_HZ 100
 	}
 	entries, _ := os.ReadDir("/proc")
