@@ -250,12 +250,19 @@ func startMinIO(bin, addr, dir string) *exec.Cmd {
 func generate(dir string, sh shape) {
 	r := rand.New(rand.NewPCG(uint64(sh.files), uint64(sh.size)))
 	buf := make([]byte, min(sh.size, 4<<20))
+	// One writer and one MkdirAll a directory: at a million files (the
+	// scale shape) a new 1 MiB buffer and a MkdirAll per file add up.
+	w := bufio.NewWriterSize(nil, 1<<20)
+	made := map[string]bool{}
 	for i := range sh.files {
 		p := filepath.Join(dir, fmt.Sprintf("d%02d", i%sh.dirs), fmt.Sprintf("s%02d", (i/sh.dirs)%sh.sub), fmt.Sprintf("f%05d.dat", i))
-		check(os.MkdirAll(filepath.Dir(p), 0o755))
+		if d := filepath.Dir(p); !made[d] {
+			check(os.MkdirAll(d, 0o755))
+			made[d] = true
+		}
 		f, err := os.Create(p)
 		check(err)
-		w := bufio.NewWriterSize(f, 1<<20)
+		w.Reset(f)
 		for left := sh.size; left > 0; {
 			n := min(left, int64(len(buf)))
 			for j := 0; j < int(n); j += 8 {

@@ -42,6 +42,7 @@ func runScale(root, work, minioBin string) {
 	sh := scaleShape(*scale)
 	kbin := buildStage(root, work)
 	addr, dataDir := freeAddr(), filepath.Join(work, "minio-data")
+	check(os.RemoveAll(dataDir)) // a reused -work holds the last run's bucket
 	srv := startMinIO(minioBin, addr, dataDir)
 	defer func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }()
 	client, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
