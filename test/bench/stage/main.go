@@ -57,6 +57,7 @@ type tool struct {
 type sample struct {
 	wall, cpu time.Duration
 	rssKiB    int64
+	tmpBytes  int64 // peak size of the files held open under spawnReq.TmpDir
 }
 
 type key struct{ shape, op, tool string }
@@ -96,13 +97,12 @@ func main() {
 		}
 		return p
 	}
+	if *scale > 0 {
+		runScale(root, work, toolPath("minio"))
+		return
+	}
 	minioBin, mcBin, s5Bin := toolPath("minio"), toolPath("mc"), toolPath("s5cmd")
-
-	kbin := filepath.Join(work, "kdefer-stage")
-	log.Printf("build kdefer-stage")
-	build := exec.Command("go", "build", "-trimpath", "-o", kbin, "./cmd/kdefer-stage")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	check(build.Run())
+	kbin := buildStage(root, work)
 
 	addr := freeAddr()
 	dataDir := filepath.Join(work, "minio-data")
@@ -203,6 +203,15 @@ func main() {
 	report(selected, tools, results, bytesOf, minioBin, mcBin, s5Bin)
 }
 
+func buildStage(root, work string) string {
+	kbin := filepath.Join(work, "kdefer-stage")
+	log.Printf("build kdefer-stage")
+	build := exec.Command("go", "build", "-trimpath", "-o", kbin, "./cmd/kdefer-stage")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	check(build.Run())
+	return kbin
+}
+
 func check(err error) {
 	if err != nil {
 		log.Fatal(err)
@@ -241,12 +250,19 @@ func startMinIO(bin, addr, dir string) *exec.Cmd {
 func generate(dir string, sh shape) {
 	r := rand.New(rand.NewPCG(uint64(sh.files), uint64(sh.size)))
 	buf := make([]byte, min(sh.size, 4<<20))
+	// One writer and one MkdirAll a directory: at a million files (the
+	// scale shape) a new 1 MiB buffer and a MkdirAll per file add up.
+	w := bufio.NewWriterSize(nil, 1<<20)
+	made := map[string]bool{}
 	for i := range sh.files {
 		p := filepath.Join(dir, fmt.Sprintf("d%02d", i%sh.dirs), fmt.Sprintf("s%02d", (i/sh.dirs)%sh.sub), fmt.Sprintf("f%05d.dat", i))
-		check(os.MkdirAll(filepath.Dir(p), 0o755))
+		if d := filepath.Dir(p); !made[d] {
+			check(os.MkdirAll(d, 0o755))
+			made[d] = true
+		}
 		f, err := os.Create(p)
 		check(err)
-		w := bufio.NewWriterSize(f, 1<<20)
+		w.Reset(f)
 		for left := sh.size; left > 0; {
 			n := min(left, int64(len(buf)))
 			for j := 0; j < int(n); j += 8 {
@@ -273,13 +289,15 @@ func generate(dir string, sh shape) {
 const spawnerEnv = "KDEFER_BENCH_SPAWNER"
 
 type spawnReq struct {
-	Args []string
-	Env  []string
+	Args   []string
+	Env    []string
+	TmpDir string // when set, sample the size of the child's open files there
 }
 
 type spawnResp struct {
 	Wall, CPU time.Duration
 	RSSKiB    int64
+	TmpBytes  int64
 	Err, Out  string
 }
 
@@ -315,8 +333,17 @@ func spawnerLoop() {
 		var out strings.Builder
 		c.Stdout, c.Stderr = &out, &out
 		start := time.Now()
-		err := c.Run()
-		resp := spawnResp{Wall: time.Since(start), Out: tail(out.String(), 3000)}
+		err := c.Start()
+		var tmpPeak int64
+		if err == nil {
+			stop := make(chan struct{})
+			done := make(chan int64)
+			go func() { done <- sampleOpenFiles(c.Process.Pid, req.TmpDir, stop) }()
+			err = c.Wait()
+			close(stop)
+			tmpPeak = <-done
+		}
+		resp := spawnResp{Wall: time.Since(start), TmpBytes: tmpPeak, Out: tail(out.String(), 3000)}
 		if err != nil {
 			resp.Err = err.Error()
 		}
@@ -329,17 +356,53 @@ func spawnerLoop() {
 	}
 }
 
-func measure(c *exec.Cmd) sample {
+// sampleOpenFiles returns the largest total size, sampled every 250 ms until
+// stop, of the files under dir that process pid holds open. kdefer-stage
+// unlinks its spill files at once, so only their descriptors show them.
+func sampleOpenFiles(pid int, dir string, stop <-chan struct{}) int64 {
+	if dir == "" {
+		return 0
+	}
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	var peak int64
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return peak
+		case <-t.C:
+		}
+		fds, _ := os.ReadDir(fdDir)
+		var total int64
+		for _, fd := range fds {
+			p := filepath.Join(fdDir, fd.Name())
+			if target, err := os.Readlink(p); err != nil || !strings.HasPrefix(target, dir+"/") {
+				continue
+			}
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+				total += fi.Size()
+			}
+		}
+		peak = max(peak, total)
+	}
+}
+
+func measure(c *exec.Cmd) sample { return measureTmp(c, "") }
+
+// measureTmp runs c in the spawner; with tmpDir, it also samples the size of
+// the files c holds open there.
+func measureTmp(c *exec.Cmd, tmpDir string) sample {
 	// Flush the previous run's dirty pages first: otherwise the next tool
 	// pays for its predecessor's writeback.
 	syscall.Sync()
-	check(spawner.enc.Encode(spawnReq{Args: c.Args, Env: c.Env}))
+	check(spawner.enc.Encode(spawnReq{Args: c.Args, Env: c.Env, TmpDir: tmpDir}))
 	var resp spawnResp
 	check(spawner.dec.Decode(&resp))
 	if resp.Err != "" {
 		log.Fatalf("%s: %s\n%s", strings.Join(c.Args, " "), resp.Err, resp.Out)
 	}
-	return sample{wall: resp.Wall, cpu: resp.CPU, rssKiB: resp.RSSKiB}
+	return sample{wall: resp.Wall, cpu: resp.CPU, rssKiB: resp.RSSKiB, tmpBytes: resp.TmpBytes}
 }
 
 func tail(s string, n int) string {
@@ -454,6 +517,7 @@ func report(selected []shape, tools []tool, results map[key][]sample, bytesOf ma
 		}
 	}
 	fmt.Fprintf(&md, "\nRatios (kdefer-stage against each peer: throughput_ratio > 1 is faster, cpu_ratio < 1 is cheaper):\n\n```\n%s\n```\n", strings.Join(lines, "\n"))
+	md.WriteString(scaleSection())
 	check(os.WriteFile(*resultMD, []byte(md.String()), 0o644))
 	log.Printf("wrote %s", *resultMD)
 }

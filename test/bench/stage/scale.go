@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// The scale benchmark (`make bench-scale`, or -scale N) checks issue #12's
+// bound: a stage-out of N empty files stays under the stage step's memory
+// limit. It runs kdefer-stage alone, as the defer pod does (GOMEMLIMIT from
+// the limit, TMPDIR for the spilled file list and manifest): the peers would
+// take hours at a million objects and are not what is measured.
+const (
+	// scaleLimitMiB is controller/deferpod.go's stageMemoryLimit.
+	scaleLimitMiB = 256
+	// scaleHeading starts results.md's scale section; the peer comparison
+	// and the scale run each rewrite only their own part of the file.
+	scaleHeading = "## Scale: kdefer-stage alone"
+)
+
+var scale = flag.Int("scale", 0, "instead of the peer comparison, upload this many empty files with kdefer-stage alone under the defer pod's memory limit")
+
+// scaleShape spreads n files over 100 directories of up to 100
+// subdirectories each (100 files a leaf directory at a million).
+func scaleShape(n int) shape {
+	return shape{name: fmt.Sprintf("%dx0B", n), files: n, dirs: 100, sub: 100}
+}
+
+func runScale(root, work, minioBin string) {
+	sh := scaleShape(*scale)
+	kbin := buildStage(root, work)
+	addr, dataDir := freeAddr(), filepath.Join(work, "minio-data")
+	check(os.RemoveAll(dataDir)) // a reused -work holds the last run's bucket
+	srv := startMinIO(minioBin, addr, dataDir)
+	defer func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }()
+	client, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
+	check(err)
+	ctx := context.Background()
+	check(client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+
+	src := filepath.Join(work, "data", sh.name)
+	log.Printf("generate %s", sh.name)
+	start := time.Now()
+	generate(src, sh)
+	log.Printf("generated in %.0fs", time.Since(start).Seconds())
+
+	tmp := filepath.Join(work, "tmp")
+	check(os.MkdirAll(tmp, 0o755))
+	prefix := "scale/" + sh.name + "/"
+	url := "s3://" + bucket + "/" + prefix + "?endpoint=http://" + addr + "&region=us-east-1&use_path_style=true"
+	c := exec.Command(kbin, "out", "--from", src, "--to", url, "--summary-file", "-", "--progress-interval", "-1s")
+	c.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey, "AWS_REGION=us-east-1",
+		"GOMEMLIMIT="+strconv.Itoa(scaleLimitMiB)+"MiB", "TMPDIR="+tmp)
+	log.Printf("upload %s with kdefer-stage (GOMEMLIMIT=%dMiB, TMPDIR=%s)", sh.name, scaleLimitMiB, tmp)
+	loadStart := loadAvg()
+	s := measureTmp(c, tmp)
+	load := loadStart + "-" + loadAvg()
+	log.Printf("upload %s: %.1fs cpu %.1fs rss %d MiB, TMPDIR peak %.1f MiB", sh.name, s.wall.Seconds(), s.cpu.Seconds(), s.rssKiB>>10, float64(s.tmpBytes)/(1<<20))
+
+	// Every file and the manifest, counted in the store, not taken from
+	// kdefer-stage's word.
+	log.Printf("count objects under %s", prefix)
+	n := count(ctx, client, prefix)
+	_, err = client.StatObject(ctx, bucket, prefix+"_kdefer/manifest.json", minio.StatObjectOptions{})
+	if err != nil {
+		log.Fatalf("no manifest: %v", err)
+	}
+	if n != sh.files+1 {
+		log.Fatalf("kdefer-stage uploaded %d objects, want %d files and the manifest", n, sh.files)
+	}
+
+	rssMiB := float64(s.rssKiB) / 1024
+	line := fmt.Sprintf("RESULT shape=%s op=upload tool=kdefer-stage wall_s=%.1f files_per_s=%.0f rss_mib=%.0f limit_mib=%d under_limit=%t tmp_mib=%.1f",
+		sh.name, s.wall.Seconds(), float64(sh.files)/s.wall.Seconds(), rssMiB, scaleLimitMiB, rssMiB < scaleLimitMiB, float64(s.tmpBytes)/(1<<20))
+	fmt.Println(line)
+	row := fmt.Sprintf("| %s | %s | %s | %.1f | %.0f | %.1f | %.0f | %d | %.1f |", sh.name, time.Now().UTC().Format(time.DateOnly), load, s.wall.Seconds(),
+		float64(sh.files)/s.wall.Seconds(), s.cpu.Seconds(), rssMiB, scaleLimitMiB, float64(s.tmpBytes)/(1<<20))
+	writeScaleSection(sh.name, row, line)
+}
+
+// writeScaleSection replaces this shape's row and RESULT line in
+// results.md's scale section, keeping other shapes' and the rest of the file.
+func writeScaleSection(name, row, line string) {
+	old, err := os.ReadFile(*resultMD)
+	if err != nil && !os.IsNotExist(err) {
+		check(err)
+	}
+	head, section, _ := strings.Cut(string(old), scaleHeading)
+	var rows, results []string
+	for _, l := range strings.Split(section, "\n") {
+		switch {
+		case strings.HasPrefix(l, "| "+name+" |"), strings.HasPrefix(l, "RESULT shape="+name+" "):
+		case strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| shape"):
+			rows = append(rows, l)
+		case strings.HasPrefix(l, "RESULT "):
+			results = append(results, l)
+		}
+	}
+	rows, results = append(rows, row), append(results, line)
+	var md strings.Builder
+	md.WriteString(strings.TrimRight(head, "\n"))
+	fmt.Fprintf(&md, "\n\n%s\n\nGenerated by `make bench-scale` (BENCH_SCALE files, default 1000000). Empty files spread over 100x100 nested directories, uploaded once by kdefer-stage alone to the MinIO above, in a child process with the defer pod's GOMEMLIMIT=%dMiB and its own TMPDIR; every object and the manifest counted by listing afterwards. RSS = maxrss; TMPDIR peak = the largest total size of the (unlinked) spill files the process held open there, sampled every 250 ms; load avg = the machine's 1-minute load average at the upload's start and end (files/s is MinIO-bound and only meaningful on an idle machine; client CPU s is not). %s, %s.\n\n", scaleHeading, scaleLimitMiB, runtime.Version(), commitOf())
+	fmt.Fprintf(&md, "| shape | date | load avg | wall s | files/s | client CPU s | peak RSS MiB | limit MiB | TMPDIR peak MiB |\n|---|---|---|---|---|---|---|---|---|\n")
+	md.WriteString(strings.Join(rows, "\n"))
+	fmt.Fprintf(&md, "\n\n```\n%s\n```\n", strings.Join(results, "\n"))
+	check(os.WriteFile(*resultMD, []byte(md.String()), 0o644))
+	log.Printf("wrote %s", *resultMD)
+}
+
+// scaleSection returns results.md's scale section, for the peer comparison
+// to keep when it rewrites the file.
+func scaleSection() string {
+	old, _ := os.ReadFile(*resultMD)
+	if _, section, ok := strings.Cut(string(old), scaleHeading); ok {
+		return "\n" + scaleHeading + section
+	}
+	return ""
+}
+
+func commitOf() string {
+	out, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	return "kdefer-stage " + strings.TrimSpace(string(out))
+}
+
+// loadAvg is the machine's 1-minute load average.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f, _, _ := strings.Cut(string(data), " ")
+	return f
+}
