@@ -104,14 +104,10 @@ func main() {
 	minioBin, mcBin, s5Bin := toolPath("minio"), toolPath("mc"), toolPath("s5cmd")
 	kbin := buildStage(root, work)
 
-	addr := freeAddr()
 	dataDir := filepath.Join(work, "minio-data")
-	srv := startMinIO(minioBin, addr, dataDir)
-	defer func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }()
-	client, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
-	check(err)
+	addr, client, stop := startStore(minioBin, dataDir)
+	defer stop()
 	ctx := context.Background()
-	check(client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
 
 	env := append(os.Environ(),
 		"AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey, "AWS_REGION=us-east-1",
@@ -223,6 +219,20 @@ func freeAddr() string {
 	check(err)
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// startStore starts MinIO on an empty dataDir (a reused -work holds the
+// last run's bucket) with the benchmark's bucket made, and returns its
+// address, a client, and how to stop it.
+func startStore(minioBin, dataDir string) (addr string, client *minio.Client, stop func()) {
+	addr = freeAddr()
+	check(os.RemoveAll(dataDir))
+	srv := startMinIO(minioBin, addr, dataDir)
+	stop = func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }
+	client, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
+	check(err)
+	check(client.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+	return addr, client, stop
 }
 
 func startMinIO(bin, addr, dir string) *exec.Cmd {

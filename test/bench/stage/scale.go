@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // The scale benchmark (`make bench-scale`, or -scale N) checks issue #12's
@@ -41,14 +40,9 @@ func scaleShape(n int) shape {
 func runScale(root, work, minioBin string) {
 	sh := scaleShape(*scale)
 	kbin := buildStage(root, work)
-	addr, dataDir := freeAddr(), filepath.Join(work, "minio-data")
-	check(os.RemoveAll(dataDir)) // a reused -work holds the last run's bucket
-	srv := startMinIO(minioBin, addr, dataDir)
-	defer func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }()
-	client, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
-	check(err)
+	addr, client, stop := startStore(minioBin, filepath.Join(work, "minio-data"))
+	defer stop()
 	ctx := context.Background()
-	check(client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
 
 	src := filepath.Join(work, "data", sh.name)
 	log.Printf("generate %s", sh.name)
@@ -73,8 +67,7 @@ func runScale(root, work, minioBin string) {
 	// kdefer-stage's word.
 	log.Printf("count objects under %s", prefix)
 	n := count(ctx, client, prefix)
-	_, err = client.StatObject(ctx, bucket, prefix+"_kdefer/manifest.json", minio.StatObjectOptions{})
-	if err != nil {
+	if _, err := client.StatObject(ctx, bucket, prefix+"_kdefer/manifest.json", minio.StatObjectOptions{}); err != nil {
 		log.Fatalf("no manifest: %v", err)
 	}
 	if n != sh.files+1 {
