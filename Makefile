@@ -84,19 +84,20 @@ generate:
 
 ## verify: generated code and manifests are committed and current; code is
 ## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`).
-verify: generate $(GOLANGCI_LINT)
+verify: generate lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
-	$(GOLANGCI_LINT) run ./...
 	@# deploy/rbac's hand-written rules (resourceNames) against the code they serve
 	$(GO) test -count=1 -run '^TestWebhookConfigurationRBAC$$' ./controller/certs
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 
 ## lint: golangci-lint with .golangci.yml (govet, staticcheck, errcheck, revive,
-## goimports, misspell, unparam, and kube-api-linter for api/).
+## goimports, misspell, unparam, and kube-api-linter for api/). Runs in other
+## clones of the repository wait for each other (one lock per machine) instead
+## of failing with "parallel golangci-lint is running".
 lint: $(GOLANGCI_LINT)
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 ## bin/golangci-lint: golangci-lint v2 with kube-api-linter compiled in, pinned
 ## by hack/tools/go.mod (a module of its own, so its dependencies never move
