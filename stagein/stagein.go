@@ -26,7 +26,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -287,16 +286,12 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		}
 		crcWant, hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
 	}
-	// O_NONBLOCK and the check on the descriptor: what the Lstat saw may
-	// have been swapped for a FIFO since.
-	f, err := d.root.OpenFile(en.rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	// What the Lstat saw may have been swapped for a FIFO since.
+	f, ok := storage.OpenRegular(d.root, en.rel)
+	if !ok {
 		return false, nil
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return false, nil
-	}
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	h := md5.New()
 	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h), f); err != nil {

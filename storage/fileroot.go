@@ -84,6 +84,24 @@ func (fr *fileRoot) open(key string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
+// OpenRegular opens name under root for reading when it is a regular file
+// now, checked on the opened descriptor: what an earlier Lstat saw may have
+// been swapped since. O_NONBLOCK makes the open of a FIFO return at once
+// instead of waiting for a writer; it changes nothing for a regular file.
+// For callers to whom anything else only means "not usable" (no error to
+// report); the caller closes the file.
+func OpenRegular(root *os.Root, name string) (*os.File, bool) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, false
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, false
+	}
+	return f, true
+}
+
 // refuse explains an open that failed for another reason than absence.
 func (fr *fileRoot) refuse(key, name string, err error) error {
 	if fi, lerr := fr.root.Lstat(name); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
@@ -124,14 +142,11 @@ func fileKind(m fs.FileMode) string {
 // md5 returns the MD5 fileblob recorded for the file name, or nil: a missing,
 // unreadable or malformed sidecar only means no checksum is known.
 func (fr *fileRoot) md5(name string) []byte {
-	f, err := fr.root.OpenFile(name+fileAttrsExt, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, ok := OpenRegular(fr.root, name+fileAttrsExt)
+	if !ok {
 		return nil
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil
-	}
 	var xa struct {
 		MD5 []byte `json:"md5"`
 	}
