@@ -16,25 +16,40 @@ table=bin/tiers.tsv
 : >"$table"
 start=$SECONDS
 
-record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$table"; }
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$table"; }
 
-# tier NAME CMD...: runs CMD, records its wall time and result.
+# cpu_seconds: the CPU (user + sys) this shell's finished children used so
+# far, from the `times` builtin; a tier's CPU is the difference around it.
+# With wall time it shows what overlaps and what 2 cores can still absorb.
+cpu_seconds() {
+	# `times` must run in this shell (a pipe would fork it, and a forked
+	# child starts with no children's time), so it writes to a file.
+	times >"bin/times.$BASHPID"
+	awk 'NR == 2 {
+		t = 0
+		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
+		printf "%d\n", t
+	}' "bin/times.$BASHPID"
+}
+
+# tier NAME CMD...: runs CMD, records its wall time, CPU time and result.
 tier() {
-	local name=$1 t0=$SECONDS rc=0; shift
+	local name=$1 t0=$SECONDS c0 rc=0; shift
+	c0=$(cpu_seconds)
 	echo "=== tier $name: $*"
 	"$@" || rc=$?
-	record "$name" "$((SECONDS - t0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+	record "$name" "$((SECONDS - t0))" "$(($(cpu_seconds) - c0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
 	return $rc
 }
 
 summary() {
 	local rc=$?
 	echo
-	echo "tier      seconds  result"
-	while IFS=$'\t' read -r name secs result; do
-		printf '%-9s %7s  %s\n' "$name" "$secs" "$result"
+	echo "tier      seconds  cpu-s  result"
+	while IFS=$'\t' read -r name secs cpu result; do
+		printf '%-9s %7s %6s  %s\n' "$name" "$secs" "$cpu" "$result"
 	done <"$table"
-	printf '%-9s %7s  %s\n' total "$((SECONDS - start))" "$([ $rc = 0 ] && echo ok || echo FAILED)"
+	printf '%-9s %7s %6s  %s\n' total "$((SECONDS - start))" "$(cpu_seconds)" "$([ $rc = 0 ] && echo ok || echo FAILED)"
 }
 trap summary EXIT
 
@@ -42,7 +57,7 @@ tools_log=bin/tools.log
 (
 	t0=$SECONDS rc=0
 	make --no-print-directory tools >"$tools_log" 2>&1 || rc=$?
-	record tools "$((SECONDS - t0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+	record tools "$((SECONDS - t0))" "$(cpu_seconds)" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
 	exit $rc
 ) &
 tools_pid=$!

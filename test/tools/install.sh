@@ -32,6 +32,14 @@ dir_of() {
 
 log() { echo "[tools] $*" >&2; }
 
+# timed NAME CMD...: runs CMD and logs its wall and CPU seconds (the tier
+# budget in the README is built from these lines).
+timed() {
+	local TIMEFORMAT="[tools] built $1: %R s wall, %U s user, %S s sys"
+	shift
+	time "$@"
+}
+
 # done_or_build NAME FILE...: true when every FILE exists in NAME's directory.
 have() {
 	local d; d=$(dir_of "$1"); shift
@@ -48,7 +56,7 @@ build_kube() {
 	done
 	log "building kubernetes $KUBE_VERSION (cold: ~20 CPU-minutes)"
 	mkdir -p "$d.tmp"
-	(cd "$root/test/tools/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$d.tmp/" \
+	(cd "$root/test/tools/kube" && timed "kubernetes $KUBE_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$d.tmp/" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
 	rm -rf "$d"; mv "$d.tmp" "$d"
@@ -59,7 +67,7 @@ build_etcd() {
 	local d; d=$(dir_of etcd)
 	log "building etcd $ETCD_VERSION"
 	mkdir -p "$d.tmp"
-	(cd "$root/test/tools/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/etcd" go.etcd.io/etcd/server/v3)
+	(cd "$root/test/tools/etcd" && timed "etcd $ETCD_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/etcd" go.etcd.io/etcd/server/v3)
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 
@@ -67,7 +75,7 @@ gobin_install() { # NAME PKG@VERSION
 	local d; d=$(dir_of "$1")
 	log "building $2"
 	mkdir -p "$d.tmp"
-	CGO_ENABLED=0 GOBIN="$d.tmp" GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" "$2"
+	timed "$2" env CGO_ENABLED=0 GOBIN="$d.tmp" GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" "$2"
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 
@@ -83,7 +91,7 @@ build_s5cmd() {
 	src=$(go mod download -json "github.com/peak/s5cmd/v2@$S5CMD_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 	tmp=$(mktemp -d); cp -r "$src/." "$tmp/"; chmod -R u+w "$tmp"
 	mkdir -p "$d.tmp"
-	(cd "$tmp" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$d.tmp/s5cmd" .)
+	(cd "$tmp" && timed "s5cmd $S5CMD_VERSION" env CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$d.tmp/s5cmd" .)
 	rm -rf "$tmp" "$d"; mv "$d.tmp" "$d"
 }
 
