@@ -480,6 +480,10 @@ func (s *scenario) volumeReleased(run *v1.DeferRun) {
 	if dp := run.Status.DeferPodName; dp != "" {
 		if err := s.env.WaitPodGone(s.ctx, s.ns, dp, diskFreedWithin); err != nil {
 			s.t.Errorf("defer pod of a released volume: %v", err)
+		} else if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunVolumeReleased); c != nil {
+			// The evidence for issue #18's late defer pods: how long each
+			// one outlived its release (the condition's time has 1 s steps).
+			s.logf("defer pod %s gone %s after the volume was released", dp, time.Since(c.LastTransitionTime.Time).Round(100*time.Millisecond))
 		}
 	}
 	for _, v := range run.Spec.Volumes {
