@@ -22,7 +22,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,7 +125,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return Result{}, storage.Permanentf("fix the URL, or pass --allow-empty", "no objects under %s", loc.String())
 		}
 	}
-	if err := checkTree(entries); err != nil {
+	rels := make([]string, len(entries))
+	for i := range entries {
+		rels[i] = entries[i].rel
+	}
+	if err := storage.CheckTree(rels, TempSuffix); err != nil {
 		return Result{}, err
 	}
 
@@ -162,31 +165,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	res.Bytes, res.Objects, res.Skipped, res.TotalBytes = prog.Moved.Load(), prog.Objects.Load(), prog.Skipped.Load(), prog.BytesTotal.Load()
 	prog.Log(o.Log, "report final progress")
 	return res, nil
-}
-
-// checkTree refuses key sets that cannot all be files: "a" and "a/b" both,
-// or a name that collides with a temporary file.
-func checkTree(entries []entry) error {
-	names := make(map[string]bool, len(entries))
-	for _, en := range entries {
-		names[en.rel] = true
-	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sort.Strings(sorted)
-	for _, n := range sorted {
-		if strings.HasSuffix(n, TempSuffix) {
-			return storage.Permanentf("rename the object", "refuse key %q: its name ends in %s, used for partial downloads", n, TempSuffix)
-		}
-		for dir := path.Dir(n); dir != "."; dir = path.Dir(dir) {
-			if names[dir] {
-				return storage.Permanentf("rename one of the objects", "refuse keys %q and %q: one would be both a file and a directory", dir, n)
-			}
-		}
-	}
-	return nil
 }
 
 type downloader struct {

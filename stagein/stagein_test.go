@@ -3,6 +3,8 @@ package stagein
 import (
 	"strings"
 	"testing"
+
+	"github.com/kdefer/kdefer/storage"
 )
 
 func TestCheckTree(t *testing.T) {
@@ -16,13 +18,9 @@ func TestCheckTree(t *testing.T) {
 		{[]string{"f" + TempSuffix}, "partial downloads"},
 	}
 	for _, tc := range tests {
-		var es []entry
-		for _, r := range tc.rels {
-			es = append(es, entry{rel: r})
-		}
-		err := checkTree(es)
+		err := storage.CheckTree(tc.rels, TempSuffix)
 		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("checkTree(%q) = %v, want %q", tc.rels, err, tc.err)
+			t.Errorf("CheckTree(%q) = %v, want %q", tc.rels, err, tc.err)
 		}
 	}
 }

@@ -235,6 +235,43 @@ type OpenOptions struct {
 // DefaultIdleTimeout is how long a transfer may stall before it is retried.
 const DefaultIdleTimeout = time.Minute
 
+// Driver opens one family of stores. Drivers live in storage/drivers and
+// register themselves when that package is imported (the stage binary
+// imports it in cmd/, as database/sql drivers are), so this package, the
+// engines' pure logic and their fuzz targets compile without any cloud SDK.
+type Driver struct {
+	// Schemes are the URL schemes the driver serves.
+	Schemes []string
+	// Open opens the backend for loc; opts has its defaults filled in.
+	Open func(ctx context.Context, loc Location, opts OpenOptions) (Backend, error)
+	// Classify classes an error from the driver's SDK, with its fix; ok is
+	// false for an error it does not know.
+	Classify func(err error) (c Class, fix string, ok bool)
+}
+
+var (
+	driversMu sync.RWMutex
+	drivers   = map[string]Driver{}
+	// classifiers are the drivers' Classify functions, in registration order.
+	classifiers []func(error) (Class, string, bool)
+)
+
+// Register makes d serve its schemes. It panics on a scheme registered
+// twice: two drivers for one scheme is a wiring mistake, found at start-up.
+func Register(d Driver) {
+	driversMu.Lock()
+	defer driversMu.Unlock()
+	for _, s := range d.Schemes {
+		if _, dup := drivers[s]; dup {
+			panic("storage: driver for scheme " + s + " registered twice")
+		}
+		drivers[s] = d
+	}
+	if d.Classify != nil {
+		classifiers = append(classifiers, d.Classify)
+	}
+}
+
 // Open opens the backend for loc.
 func Open(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
 	if opts.Concurrency <= 0 {
@@ -243,13 +280,25 @@ func Open(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) 
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
 	}
-	switch loc.Scheme {
-	case "s3":
-		return openS3(loc, opts)
-	case "file", "mem", "gs", "azblob":
-		return openBlob(ctx, loc, opts)
+	driversMu.RLock()
+	d, ok := drivers[loc.Scheme]
+	driversMu.RUnlock()
+	if !ok {
+		return nil, Permanentf("", "URL scheme %q is not supported", loc.Scheme)
 	}
-	return nil, Permanentf("", "URL scheme %q is not supported", loc.Scheme)
+	return d.Open(ctx, loc, opts)
+}
+
+// driverClass asks the registered drivers to class err.
+func driverClass(err error) (Class, string, bool) {
+	driversMu.RLock()
+	defer driversMu.RUnlock()
+	for _, c := range classifiers {
+		if class, fix, ok := c(err); ok {
+			return class, fix, true
+		}
+	}
+	return 0, "", false
 }
 
 // copyBufSize is the size of each copy buffer. Buffers come from one pool and
@@ -272,4 +321,5 @@ func CopyBuffer(dst io.Writer, src io.Reader) (int64, error) {
 	return io.CopyBuffer(dst, src, *b)
 }
 
-func notExist(key string) error { return fmt.Errorf("%q: %w", key, ErrNotExist) }
+// NotExist is the error for a missing key (it wraps ErrNotExist).
+func NotExist(key string) error { return fmt.Errorf("%q: %w", key, ErrNotExist) }

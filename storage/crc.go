@@ -1,8 +1,6 @@
 package storage
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"fmt"
 	"hash"
 	"hash/crc32"
@@ -38,23 +36,6 @@ func ParseChecksum(s string) (uint32, error) {
 		return 0, fmt.Errorf("checksum %q is not of the form crc32c:<8 lowercase hex digits>", s)
 	}
 	return uint32(v), nil
-}
-
-// base64CRC is the S3 wire form (x-amz-checksum-crc32c): big-endian, base64.
-func base64CRC(crc uint32) string {
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], crc)
-	return base64.StdEncoding.EncodeToString(b[:])
-}
-
-// parseBase64CRC parses the S3 wire form; composite checksums ("...-N") and
-// anything malformed report ok=false.
-func parseBase64CRC(s string) (uint32, bool) {
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil || len(b) != 4 {
-		return 0, false
-	}
-	return binary.BigEndian.Uint32(b), true
 }
 
 // CombineCRC32C returns the CRC32C of A||B given crc(A), crc(B) and len(B)
@@ -109,39 +90,46 @@ func gf2Square(square, mat *[32]uint32) {
 	}
 }
 
-// crcReader computes the CRC32C of what passes through it (the "same pass"
-// that feeds the upload) and counts bytes. done, when set, runs once at EOF
-// with the final CRC, which is how the S3 backend fills its trailer.
-type crcReader struct {
-	r     io.Reader
+// CRCReader computes the CRC32C of what passes through it (the "same pass"
+// that feeds the upload) and counts bytes. Done, when set, runs once at EOF
+// with the final CRC, which is how the S3 driver fills its trailer; OnN, when
+// set, is told each read's size (progress).
+type CRCReader struct {
+	R     io.Reader
+	OnN   func(int64)
+	Done  func(uint32)
 	crc   uint32
 	n     int64
-	done  func(uint32)
 	fired bool
-	onN   func(int64)
 }
 
-func (c *crcReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
+func (c *CRCReader) Read(p []byte) (int, error) {
+	n, err := c.R.Read(p)
 	if n > 0 {
 		c.crc = crc32.Update(c.crc, castagnoli, p[:n])
 		c.n += int64(n)
-		if c.onN != nil {
-			c.onN(int64(n))
+		if c.OnN != nil {
+			c.OnN(int64(n))
 		}
 	}
-	if err == io.EOF && c.done != nil && !c.fired {
+	if err == io.EOF && c.Done != nil && !c.fired {
 		c.fired = true
-		c.done(c.crc)
+		c.Done(c.crc)
 	}
 	return n, err
 }
+
+// CRC is the CRC32C of the bytes read so far.
+func (c *CRCReader) CRC() uint32 { return c.crc }
+
+// N is the number of bytes read so far.
+func (c *CRCReader) N() int64 { return c.n }
 
 // ChecksumReader reads r to the end and returns its CRC32C and length.
 func ChecksumReader(r io.Reader) (uint32, int64, error) {
 	buf := getBuf()
 	defer putBuf(buf)
-	cr := &crcReader{r: r}
+	cr := &CRCReader{R: r}
 	_, err := io.CopyBuffer(io.Discard, cr, *buf)
 	return cr.crc, cr.n, err
 }

@@ -7,12 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"net"
-	"net/http"
 	"strings"
 	"syscall"
-
-	"github.com/minio/minio-go/v7"
-	"gocloud.dev/gcerrors"
 )
 
 // Class says what retrying can do about an error.
@@ -107,7 +103,7 @@ func WithOp(op string, err error) error {
 		// printed once.
 		return &Error{Class: e.Class, Op: op, Err: err}
 	}
-	class, fix := classify(err)
+	class, fix := Classify(err)
 	return &Error{Class: class, Op: op, Fix: fix, Err: err}
 }
 
@@ -118,37 +114,13 @@ func ClassOf(err error) Class {
 	if errors.As(err, &e) {
 		return e.Class
 	}
-	c, _ := classify(err)
+	c, _ := Classify(err)
 	return c
 }
 
-// permanentS3 maps S3 error codes that retrying cannot fix to their fix.
-var permanentS3 = map[string]string{
-	"AccessDenied":                   "grant the credentials s3:PutObject/GetObject/ListBucket/DeleteObject on the bucket and prefix",
-	"AllAccessDisabled":              "re-enable access to the bucket",
-	"AccountProblem":                 "fix the storage account",
-	"InvalidAccessKeyId":             "set AWS_ACCESS_KEY_ID (and AWS_SECRET_ACCESS_KEY) to a valid key of this endpoint",
-	"SignatureDoesNotMatch":          "set AWS_SECRET_ACCESS_KEY to the secret of AWS_ACCESS_KEY_ID",
-	"ExpiredToken":                   "refresh AWS_SESSION_TOKEN",
-	"InvalidToken":                   "refresh AWS_SESSION_TOKEN",
-	"NoSuchBucket":                   "create the bucket or fix the bucket name in the URL",
-	"InvalidBucketName":              "fix the bucket name in the URL",
-	"AuthorizationHeaderMalformed":   "set region= in the URL to the bucket's region",
-	"PermanentRedirect":              "set region= (and endpoint=) in the URL to the bucket's region",
-	"InvalidRequest":                 "",
-	"InvalidArgument":                "",
-	"KeyTooLongError":                "shorten the prefix or the file paths",
-	"EntityTooLarge":                 "",
-	"NotImplemented":                 "use an S3 server that supports this request",
-	"XMinioInvalidObjectName":        "rename the file",
-	"InvalidObjectName":              "rename the file",
-	"MethodNotAllowed":               "",
-	"QuotaExceeded":                  "free space in the bucket or raise its quota",
-	"XMinioAdminBucketQuotaExceeded": "free space in the bucket or raise its quota",
-	"BadDigest":                      "",
-}
-
-func classify(err error) (Class, string) {
+// Classify returns the class of a raw error and its fix, asking the
+// registered drivers about their SDKs' errors first.
+func Classify(err error) (Class, string) {
 	if err == nil {
 		return Transient, ""
 	}
@@ -161,37 +133,8 @@ func classify(err error) (Class, string) {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Transient, ""
 	}
-	var mr minio.ErrorResponse
-	if errors.As(err, &mr) {
-		if fix, ok := permanentS3[mr.Code]; ok {
-			// BadDigest/InvalidRequest can be a corrupted transfer, but
-			// a checksum mismatch on a file we read in one pass is more
-			// likely a file changing under us: a retry re-reads it.
-			if mr.Code == "BadDigest" {
-				return Transient, ""
-			}
-			return Permanent, fix
-		}
-		switch {
-		case mr.StatusCode == http.StatusForbidden:
-			return Permanent, permanentS3["AccessDenied"]
-		case mr.StatusCode == http.StatusUnauthorized:
-			return Permanent, permanentS3["InvalidAccessKeyId"]
-		case mr.StatusCode >= 500, mr.StatusCode == http.StatusTooManyRequests,
-			mr.StatusCode == http.StatusRequestTimeout, mr.StatusCode == 0:
-			return Transient, ""
-		case mr.StatusCode == http.StatusNotFound:
-			return Permanent, ""
-		}
-		return Transient, ""
-	}
-	switch gcerrors.Code(err) {
-	case gcerrors.PermissionDenied:
-		return Permanent, "grant the credentials read/write access to the bucket"
-	case gcerrors.InvalidArgument, gcerrors.Unimplemented, gcerrors.FailedPrecondition:
-		return Permanent, ""
-	case gcerrors.NotFound:
-		return Permanent, "create the bucket or fix its name in the URL"
+	if class, fix, ok := driverClass(err); ok {
+		return class, fix
 	}
 	// Local filesystem errors: a missing or unreadable file will not fix
 	// itself; a full disk needs space freed.

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"fmt"
+	"path"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -94,4 +96,30 @@ func RelFor(prefix, key string) (string, error) {
 		return "", Permanentf("remove or rename the object in the bucket", "refuse hostile key: %w", err)
 	}
 	return rel, nil
+}
+
+// CheckTree refuses a set of names (each passed CheckRel) that cannot all be
+// files in one directory: "a" and "a/b" both, or a name ending in
+// tempSuffix, which the engine writing them uses for partial files.
+func CheckTree(rels []string, tempSuffix string) error {
+	names := make(map[string]bool, len(rels))
+	for _, r := range rels {
+		names[r] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		if strings.HasSuffix(n, tempSuffix) {
+			return Permanentf("rename the object", "refuse key %q: its name ends in %s, used for partial downloads", n, tempSuffix)
+		}
+		for dir := path.Dir(n); dir != "."; dir = path.Dir(dir) {
+			if names[dir] {
+				return Permanentf("rename one of the objects", "refuse keys %q and %q: one would be both a file and a directory", dir, n)
+			}
+		}
+	}
+	return nil
 }

@@ -26,6 +26,10 @@ import (
 	"github.com/kdefer/kdefer/stagein"
 	"github.com/kdefer/kdefer/stageout"
 	"github.com/kdefer/kdefer/storage"
+
+	// The stores kdefer-stage speaks: s3://, file://, gs://, azblob:// (and
+	// mem:// for tests), registered with storage on import.
+	_ "github.com/kdefer/kdefer/storage/drivers"
 )
 
 func main() {

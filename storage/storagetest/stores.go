@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	// Every store a harness names must open: the drivers register on import.
+	_ "github.com/kdefer/kdefer/storage/drivers"
 	"github.com/kdefer/kdefer/test/s3server"
 )
 

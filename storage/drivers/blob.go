@@ -1,4 +1,4 @@
-package storage
+package drivers
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	_ "gocloud.dev/blob/gcsblob"   // gs://
 	_ "gocloud.dev/blob/memblob"   // mem://
 	"gocloud.dev/gcerrors"
+
+	"github.com/kdefer/kdefer/storage"
 )
 
 // blobBackend serves file://, mem://, gs:// and azblob:// through
@@ -26,7 +28,7 @@ type blobBackend struct {
 	fr *fileRoot
 }
 
-func openBlob(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
+func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOptions) (storage.Backend, error) {
 	q := url.Values{}
 	for k, v := range loc.Query {
 		q[k] = v
@@ -54,20 +56,20 @@ func openBlob(ctx context.Context, loc Location, opts OpenOptions) (Backend, err
 	if err != nil {
 		// Driver errors name unknown parameters; they never contain
 		// credentials (none are accepted in the URL).
-		return nil, &Error{Class: Permanent, Op: "open " + loc.String(), Fix: "fix the URL parameters", Err: errors.New(stripURL(err.Error(), u))}
+		return nil, &storage.Error{Class: storage.Permanent, Op: "open " + loc.String(), Fix: "fix the URL parameters", Err: errors.New(stripURL(err.Error(), u))}
 	}
 	bb := &blobBackend{b: b}
 	if loc.Scheme == "file" {
 		if bb.fr, err = openFileRoot(loc.Bucket); err != nil {
 			b.Close()
-			return nil, &Error{Class: Permanent, Op: "open " + loc.String(), Fix: "fix the directory in the URL", Err: err}
+			return nil, &storage.Error{Class: storage.Permanent, Op: "open " + loc.String(), Fix: "fix the directory in the URL", Err: err}
 		}
 	}
 	return bb, nil
 }
 
 // stripURL removes the full URL (with its query) from a driver message.
-func stripURL(msg, u string) string { return strings.ReplaceAll(msg, u, Redact(u)) }
+func stripURL(msg, u string) string { return strings.ReplaceAll(msg, u, storage.Redact(u)) }
 
 func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -82,8 +84,8 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 	if err != nil {
 		return 0, bb.wrap(err)
 	}
-	cr := &crcReader{r: io.NewSectionReader(src, 0, size), onN: progress}
-	n, err := CopyBuffer(w, cr)
+	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: progress}
+	n, err := storage.CopyBuffer(w, cr)
 	if err == nil && n != size {
 		err = io.ErrUnexpectedEOF
 	}
@@ -95,38 +97,38 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 	if err := w.Close(); err != nil {
 		return 0, bb.wrap(err)
 	}
-	return cr.crc, nil
+	return cr.CRC(), nil
 }
 
-func (bb *blobBackend) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+func (bb *blobBackend) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
 	if bb.fr != nil {
 		return bb.fr.Stat(key)
 	}
 	a, err := bb.b.Attributes(ctx, key)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return ObjectInfo{}, notExist(key)
+			return storage.ObjectInfo{}, storage.NotExist(key)
 		}
-		return ObjectInfo{}, bb.wrap(err)
+		return storage.ObjectInfo{}, bb.wrap(err)
 	}
-	return ObjectInfo{Key: key, Size: a.Size, ModTime: a.ModTime, MD5: a.MD5}, nil
+	return storage.ObjectInfo{Key: key, Size: a.Size, ModTime: a.ModTime, MD5: a.MD5}, nil
 }
 
-func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, ObjectInfo, error) {
+func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
 	if bb.fr != nil {
 		return bb.fr.NewReader(key, off, length)
 	}
 	r, err := bb.b.NewRangeReader(ctx, key, off, length, nil)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return nil, ObjectInfo{}, notExist(key)
+			return nil, storage.ObjectInfo{}, storage.NotExist(key)
 		}
-		return nil, ObjectInfo{}, bb.wrap(err)
+		return nil, storage.ObjectInfo{}, bb.wrap(err)
 	}
-	return r, ObjectInfo{Key: key, Size: r.Size(), ModTime: r.ModTime()}, nil
+	return r, storage.ObjectInfo{Key: key, Size: r.Size(), ModTime: r.ModTime()}, nil
 }
 
-func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
 	if bb.fr != nil {
 		return bb.fr.List(ctx, prefix, fn)
 	}
@@ -142,7 +144,7 @@ func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(ObjectIn
 		if o.IsDir {
 			continue
 		}
-		if err := fn(ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.ModTime, MD5: o.MD5}); err != nil {
+		if err := fn(storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.ModTime, MD5: o.MD5}); err != nil {
 			return err
 		}
 	}
@@ -164,10 +166,10 @@ func (bb *blobBackend) Close() error {
 }
 
 func (bb *blobBackend) wrap(err error) error {
-	var e *Error
+	var e *storage.Error
 	if errors.As(err, &e) {
 		return err
 	}
-	class, fix := classify(err)
-	return &Error{Class: class, Fix: fix, Err: err}
+	class, fix := storage.Classify(err)
+	return &storage.Error{Class: class, Fix: fix, Err: err}
 }

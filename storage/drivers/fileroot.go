@@ -1,4 +1,4 @@
-package storage
+package drivers
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kdefer/kdefer/storage"
 )
 
 // fileRoot reads a file:// directory (Stat, NewReader, List) confined to it.
@@ -47,7 +49,7 @@ func (fr *fileRoot) Close() error { return fr.root.Close() }
 // name returns the file name of key relative to the directory.
 func (fr *fileRoot) name(key string) (string, error) {
 	if strings.HasSuffix(key, fileAttrsExt) {
-		return "", &Error{Class: Permanent, Err: fmt.Errorf("key %q: names ending in %s are reserved by file:// for attributes", key, fileAttrsExt)}
+		return "", &storage.Error{Class: storage.Permanent, Err: fmt.Errorf("key %q: names ending in %s are reserved by file:// for attributes", key, fileAttrsExt)}
 	}
 	return fileEscapeKey(key), nil
 }
@@ -64,18 +66,18 @@ func (fr *fileRoot) open(key string) (*os.File, fs.FileInfo, error) {
 	f, err := fr.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, notExist(key)
+			return nil, nil, storage.NotExist(key)
 		}
 		return nil, nil, fr.refuse(key, name, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, &Error{Class: Transient, Err: fmt.Errorf("stat %q: %w", key, err)}
+		return nil, nil, &storage.Error{Class: storage.Transient, Err: fmt.Errorf("stat %q: %w", key, err)}
 	}
 	if fi.IsDir() {
 		f.Close()
-		return nil, nil, notExist(key) // as fileblob: a directory is no object
+		return nil, nil, storage.NotExist(key) // as fileblob: a directory is no object
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
@@ -84,42 +86,24 @@ func (fr *fileRoot) open(key string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-// OpenRegular opens name under root for reading when it is a regular file
-// now, checked on the opened descriptor: what an earlier Lstat saw may have
-// been swapped since. O_NONBLOCK makes the open of a FIFO return at once
-// instead of waiting for a writer; it changes nothing for a regular file.
-// For callers to whom anything else only means "not usable" (no error to
-// report); the caller closes the file.
-func OpenRegular(root *os.Root, name string) (*os.File, bool) {
-	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, false
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, false
-	}
-	return f, true
-}
-
 // refuse explains an open that failed for another reason than absence.
 func (fr *fileRoot) refuse(key, name string, err error) error {
 	if fi, lerr := fr.root.Lstat(name); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		return &Error{Class: Permanent, Fix: "replace the link with the file itself, or remove it",
+		return &storage.Error{Class: storage.Permanent, Fix: "replace the link with the file itself, or remove it",
 			Err: fmt.Errorf("refuse key %q: it is a symbolic link that does not lead to a file inside %s", key, fr.dir)}
 	}
 	if errors.Is(err, fs.ErrPermission) {
-		return &Error{Class: Permanent, Fix: "make the file readable by the stage step's user",
+		return &storage.Error{Class: storage.Permanent, Fix: "make the file readable by the stage step's user",
 			Err: fmt.Errorf("refuse key %q: %w", key, err)}
 	}
 	// Any other path error: a parent that is a link out of the directory,
 	// not a directory, or a loop; none goes away by retrying.
-	return &Error{Class: Permanent, Fix: "keep only regular files and directories under " + fr.dir,
+	return &storage.Error{Class: storage.Permanent, Fix: "keep only regular files and directories under " + fr.dir,
 		Err: fmt.Errorf("refuse key %q: %w", key, err)}
 }
 
 func (fr *fileRoot) notRegular(key string, mode fs.FileMode) error {
-	return &Error{Class: Permanent, Fix: "keep only regular files and directories under " + fr.dir,
+	return &storage.Error{Class: storage.Permanent, Fix: "keep only regular files and directories under " + fr.dir,
 		Err: fmt.Errorf("refuse key %q: it is a %s, not a regular file", key, fileKind(mode))}
 }
 
@@ -142,7 +126,7 @@ func fileKind(m fs.FileMode) string {
 // md5 returns the MD5 fileblob recorded for the file name, or nil: a missing,
 // unreadable or malformed sidecar only means no checksum is known.
 func (fr *fileRoot) md5(name string) []byte {
-	f, ok := OpenRegular(fr.root, name+fileAttrsExt)
+	f, ok := storage.OpenRegular(fr.root, name+fileAttrsExt)
 	if !ok {
 		return nil
 	}
@@ -156,14 +140,14 @@ func (fr *fileRoot) md5(name string) []byte {
 	return xa.MD5
 }
 
-func (fr *fileRoot) Stat(key string) (ObjectInfo, error) {
+func (fr *fileRoot) Stat(key string) (storage.ObjectInfo, error) {
 	f, fi, err := fr.open(key)
 	if err != nil {
-		return ObjectInfo{}, err
+		return storage.ObjectInfo{}, err
 	}
 	f.Close()
 	name, _ := fr.name(key)
-	return ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), MD5: fr.md5(name)}, nil
+	return storage.ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), MD5: fr.md5(name)}, nil
 }
 
 type fileReader struct {
@@ -171,12 +155,12 @@ type fileReader struct {
 	io.Closer
 }
 
-func (fr *fileRoot) NewReader(key string, off, length int64) (io.ReadCloser, ObjectInfo, error) {
+func (fr *fileRoot) NewReader(key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
 	f, fi, err := fr.open(key)
 	if err != nil {
-		return nil, ObjectInfo{}, err
+		return nil, storage.ObjectInfo{}, err
 	}
-	oi := ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
+	oi := storage.ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
 	if off == 0 && length < 0 {
 		name, _ := fr.name(key)
 		oi.MD5 = fr.md5(name)
@@ -184,7 +168,7 @@ func (fr *fileRoot) NewReader(key string, off, length int64) (io.ReadCloser, Obj
 	if off > 0 {
 		if _, err := f.Seek(off, io.SeekStart); err != nil {
 			f.Close()
-			return nil, ObjectInfo{}, &Error{Class: Transient, Err: fmt.Errorf("seek %q: %w", key, err)}
+			return nil, storage.ObjectInfo{}, &storage.Error{Class: storage.Transient, Err: fmt.Errorf("seek %q: %w", key, err)}
 		}
 	}
 	var r io.Reader = f
@@ -197,7 +181,7 @@ func (fr *fileRoot) NewReader(key string, off, length int64) (io.ReadCloser, Obj
 // List walks the directory below prefix. An entry it would not serve (a
 // symlink leading out, a FIFO, device or socket) is listed with Refused set,
 // so a stage-in refuses it, naming it, before writing anything.
-func (fr *fileRoot) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+func (fr *fileRoot) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
 	start := "."
 	if i := strings.LastIndex(prefix, "/"); i > 0 {
 		start = fileEscapeKey(prefix[:i])
@@ -208,7 +192,7 @@ func (fr *fileRoot) List(ctx context.Context, prefix string, fn func(ObjectInfo)
 			if name == start && errors.Is(err, fs.ErrNotExist) {
 				return fs.SkipAll // nothing under the prefix
 			}
-			return &Error{Class: Permanent, Fix: "make the directory readable by the stage step's user", Err: fmt.Errorf("list %s: %w", strconv.Quote(name), err)}
+			return &storage.Error{Class: storage.Permanent, Fix: "make the directory readable by the stage step's user", Err: fmt.Errorf("list %s: %w", strconv.Quote(name), err)}
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -227,7 +211,7 @@ func (fr *fileRoot) List(ctx context.Context, prefix string, fn func(ObjectInfo)
 		if strings.HasSuffix(name, fileAttrsExt) || !strings.HasPrefix(key, prefix) {
 			return nil
 		}
-		oi := ObjectInfo{Key: key}
+		oi := storage.ObjectInfo{Key: key}
 		fi, err := fr.root.Stat(name) // follows a link within the directory only
 		switch {
 		case err != nil && errors.Is(err, fs.ErrNotExist) && d.Type()&fs.ModeSymlink == 0:

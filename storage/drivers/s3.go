@@ -1,4 +1,4 @@
-package storage
+package drivers
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/kdefer/kdefer/storage"
 )
 
 // s3Params are the URL parameters the s3:// backend accepts; any other is
@@ -38,10 +40,10 @@ type s3Backend struct {
 	bucket string
 }
 
-func openS3(loc Location, opts OpenOptions) (Backend, error) {
+func openS3(_ context.Context, loc storage.Location, opts storage.OpenOptions) (storage.Backend, error) {
 	for k := range loc.Query {
 		if !s3Params[k] {
-			return nil, Permanentf("remove it; s3:// accepts endpoint, region, use_path_style, disable_https",
+			return nil, storage.Permanentf("remove it; s3:// accepts endpoint, region, use_path_style, disable_https",
 				"s3 URL parameter %q is unknown", k)
 		}
 	}
@@ -52,7 +54,7 @@ func openS3(loc Location, opts OpenOptions) (Backend, error) {
 		}
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return false, Permanentf("use "+name+"=true or false", "s3 URL parameter %s=%q is not a boolean", name, v)
+			return false, storage.Permanentf("use "+name+"=true or false", "s3 URL parameter %s=%q is not a boolean", name, v)
 		}
 		return b, nil
 	}
@@ -78,7 +80,7 @@ func openS3(loc Location, opts OpenOptions) (Backend, error) {
 		}
 		eu, err := url.Parse(ep)
 		if err != nil || eu.Host == "" || (eu.Scheme != "http" && eu.Scheme != "https") || (eu.Path != "" && eu.Path != "/") || eu.User != nil {
-			return nil, Permanentf("use endpoint=http://host:port or endpoint=https://host", "s3 URL parameter endpoint=%q is not a URL of the form scheme://host[:port]", Redact(ep))
+			return nil, storage.Permanentf("use endpoint=http://host:port or endpoint=https://host", "s3 URL parameter endpoint=%q is not a URL of the form scheme://host[:port]", storage.Redact(ep))
 		}
 		host, secure = eu.Host, eu.Scheme == "https"
 		if region == "" {
@@ -130,7 +132,7 @@ func openS3(loc Location, opts OpenOptions) (Backend, error) {
 		MaxRetries: 1,
 	})
 	if err != nil {
-		return nil, Permanentf("fix endpoint= in the URL", "open s3 client: %v", err)
+		return nil, storage.Permanentf("fix endpoint= in the URL", "open s3 client: %v", err)
 	}
 	return &s3Backend{core: *c, bucket: loc.Bucket}, nil
 }
@@ -139,7 +141,7 @@ func (s *s3Backend) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	class, fix := classify(err)
+	class, fix := storage.Classify(err)
 	var mr minio.ErrorResponse
 	if errors.As(err, &mr) {
 		msg := mr.Message
@@ -151,7 +153,7 @@ func (s *s3Backend) wrap(op string, err error) error {
 			err = fmt.Errorf("bucket %q does not exist (NoSuchBucket)", s.bucket)
 		}
 	}
-	return &Error{Class: class, Op: op, Fix: fix, Err: err}
+	return &storage.Error{Class: class, Op: op, Fix: fix, Err: err}
 }
 
 func (s *s3Backend) putOpts() minio.PutObjectOptions {
@@ -191,9 +193,9 @@ func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, s
 	defer pool.Put(bp)
 	buf := (*bp)[:size]
 	if _, err := io.ReadFull(io.NewSectionReader(src, 0, size), buf); err != nil {
-		return 0, &Error{Class: Transient, Op: "read " + strconv.Quote(key), Err: fmt.Errorf("%w (file changed?)", err)}
+		return 0, &storage.Error{Class: storage.Transient, Op: "read " + strconv.Quote(key), Err: fmt.Errorf("%w (file changed?)", err)}
 	}
-	crc := UpdateCRC32C(0, buf)
+	crc := storage.UpdateCRC32C(0, buf)
 	opts := s.putOpts()
 	opts.Checksum = 0
 	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc)}
@@ -210,18 +212,18 @@ func (s *s3Backend) Put(ctx context.Context, key string, src io.ReaderAt, size i
 	if size <= smallPutMax {
 		return s.putSmall(ctx, key, src, size, progress)
 	}
-	cr := &crcReader{r: io.NewSectionReader(src, 0, size), onN: progress}
+	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: progress}
 	info, err := s.core.PutObject(ctx, s.bucket, key, cr, size, "", "", s.putOpts())
 	if err != nil {
 		return 0, s.wrap("upload "+strconv.Quote(key), err)
 	}
-	if cr.n != size {
-		return 0, &Error{Class: Transient, Op: "upload " + strconv.Quote(key), Err: fmt.Errorf("read %d of %d bytes (file changed?)", cr.n, size)}
+	if cr.N() != size {
+		return 0, &storage.Error{Class: storage.Transient, Op: "upload " + strconv.Quote(key), Err: fmt.Errorf("read %d of %d bytes (file changed?)", cr.N(), size)}
 	}
-	if got, ok := parseBase64CRC(info.ChecksumCRC32C); ok && got != cr.crc {
-		return 0, &Error{Class: Transient, Op: "upload " + strconv.Quote(key), Err: fmt.Errorf("server stored CRC32C %08x, sent %08x", got, cr.crc)}
+	if got, ok := parseBase64CRC(info.ChecksumCRC32C); ok && got != cr.CRC() {
+		return 0, &storage.Error{Class: storage.Transient, Op: "upload " + strconv.Quote(key), Err: fmt.Errorf("server stored CRC32C %08x, sent %08x", got, cr.CRC())}
 	}
-	return cr.crc, nil
+	return cr.CRC(), nil
 }
 
 func fullObjectCRC(oi minio.ObjectInfo) (uint32, bool) {
@@ -248,19 +250,19 @@ func etagMD5(oi minio.ObjectInfo) []byte {
 	return b
 }
 
-func (s *s3Backend) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+func (s *s3Backend) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
 	oi, err := s.core.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{Checksum: true})
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey || minio.ToErrorResponse(err).StatusCode == http.StatusNotFound && minio.ToErrorResponse(err).Code != "NoSuchBucket" {
-			return ObjectInfo{}, notExist(key)
+			return storage.ObjectInfo{}, storage.NotExist(key)
 		}
-		return ObjectInfo{}, s.wrap("stat "+strconv.Quote(key), err)
+		return storage.ObjectInfo{}, s.wrap("stat "+strconv.Quote(key), err)
 	}
 	crc, ok := fullObjectCRC(oi)
-	return ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified, CRC32C: crc, HasCRC32C: ok, MD5: etagMD5(oi)}, nil
+	return storage.ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified, CRC32C: crc, HasCRC32C: ok, MD5: etagMD5(oi)}, nil
 }
 
-func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, ObjectInfo, error) {
+func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
 	opts := minio.GetObjectOptions{}
 	whole := off == 0 && length < 0
 	if whole {
@@ -277,17 +279,17 @@ func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64
 			err = opts.SetRange(off, 0)
 		}
 		if err != nil {
-			return nil, ObjectInfo{}, &Error{Class: Permanent, Err: err}
+			return nil, storage.ObjectInfo{}, &storage.Error{Class: storage.Permanent, Err: err}
 		}
 	}
 	body, oi, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
-			return nil, ObjectInfo{}, notExist(key)
+			return nil, storage.ObjectInfo{}, storage.NotExist(key)
 		}
-		return nil, ObjectInfo{}, s.wrap("download "+strconv.Quote(key), err)
+		return nil, storage.ObjectInfo{}, s.wrap("download "+strconv.Quote(key), err)
 	}
-	info := ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified}
+	info := storage.ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified}
 	if whole {
 		info.CRC32C, info.HasCRC32C = fullObjectCRC(oi)
 		info.MD5 = etagMD5(oi)
@@ -295,7 +297,7 @@ func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64
 	return body, info, nil
 }
 
-func (s *s3Backend) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+func (s *s3Backend) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
 	token := ""
 	for {
 		res, err := s.core.ListObjectsV2(s.bucket, prefix, "", token, "", 1000)
@@ -306,7 +308,7 @@ func (s *s3Backend) List(ctx context.Context, prefix string, fn func(ObjectInfo)
 			if strings.HasSuffix(o.Key, "/") && o.Size == 0 {
 				continue // directory marker
 			}
-			if err := fn(ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
+			if err := fn(storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
 				return err
 			}
 		}

@@ -1,4 +1,4 @@
-package storage
+package drivers
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/kdefer/kdefer/storage"
 )
 
 // S3 multipart uploads: part sizing, the upload with its full-object
@@ -30,7 +32,7 @@ type s3Upload struct {
 	id  string
 }
 
-func (s *s3Backend) Begin(ctx context.Context, key string) (Upload, error) {
+func (s *s3Backend) Begin(ctx context.Context, key string) (storage.Upload, error) {
 	opts := s.putOpts()
 	opts.Checksum = 0
 	// Ask for a FULL_OBJECT CRC32C: the completed object then carries the
@@ -45,25 +47,25 @@ func (s *s3Backend) Begin(ctx context.Context, key string) (Upload, error) {
 	return &s3Upload{s: s, key: key, id: id}, nil
 }
 
-func (u *s3Upload) PutPart(ctx context.Context, n int, src io.Reader, size int64) (Part, error) {
+func (u *s3Upload) PutPart(ctx context.Context, n int, src io.Reader, size int64) (storage.Part, error) {
 	trailer := http.Header{}
 	trailer.Set("X-Amz-Checksum-Crc32c", base64CRC(0))
-	cr := &crcReader{r: src, done: func(c uint32) { trailer.Set("X-Amz-Checksum-Crc32c", base64CRC(c)) }}
+	cr := &storage.CRCReader{R: src, Done: func(c uint32) { trailer.Set("X-Amz-Checksum-Crc32c", base64CRC(c)) }}
 	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, n, cr, size, minio.PutObjectPartOptions{
 		DisableContentSha256: true,
 		Trailer:              trailer,
 	})
 	op := fmt.Sprintf("upload part %d of %q", n, u.key)
 	if err != nil {
-		return Part{}, u.s.wrap(op, err)
+		return storage.Part{}, u.s.wrap(op, err)
 	}
-	if cr.n != size {
-		return Part{}, &Error{Class: Transient, Op: op, Err: fmt.Errorf("read %d of %d bytes (file changed?)", cr.n, size)}
+	if cr.N() != size {
+		return storage.Part{}, &storage.Error{Class: storage.Transient, Op: op, Err: fmt.Errorf("read %d of %d bytes (file changed?)", cr.N(), size)}
 	}
-	return Part{N: n, ETag: p.ETag, Size: size, CRC: cr.crc}, nil
+	return storage.Part{N: n, ETag: p.ETag, Size: size, CRC: cr.CRC()}, nil
 }
 
-func (u *s3Upload) Complete(ctx context.Context, parts []Part, crc uint32) error {
+func (u *s3Upload) Complete(ctx context.Context, parts []storage.Part, crc uint32) error {
 	cps := make([]minio.CompletePart, len(parts))
 	for i, p := range parts {
 		cps[i] = minio.CompletePart{PartNumber: p.N, ETag: p.ETag, ChecksumCRC32C: base64CRC(p.CRC)}

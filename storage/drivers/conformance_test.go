@@ -1,4 +1,4 @@
-package storage_test
+package drivers_test
 
 import (
 	"testing"

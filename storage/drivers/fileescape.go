@@ -13,7 +13,7 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-package storage
+package drivers
 
 // The key <-> file name mapping of gocloud.dev/blob/fileblob (v0.49.0),
 // copied from its internal/escape package and fileblob.escapeKey, which Go

@@ -1,10 +1,11 @@
-package storage
+package drivers
 
 import (
 	"bytes"
 	"context"
 	"testing"
 
+	"github.com/kdefer/kdefer/storage"
 	"github.com/kdefer/kdefer/test/s3server"
 )
 
@@ -14,11 +15,11 @@ func TestBeginAbortsStaleUploads(t *testing.T) {
 	srv := s3server.Start(t)
 	s3server.SetCredentials(t)
 	s3server.MakeBucket(t, srv.Addr(), "stale")
-	loc, err := ParseURL(srv.URL("stale", "p/"))
+	loc, err := storage.ParseURL(srv.URL("stale", "p/"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := Open(context.Background(), loc, OpenOptions{})
+	be, err := storage.Open(context.Background(), loc, storage.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
