@@ -18,27 +18,30 @@ start=$SECONDS
 
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$table"; }
 
-# cpu_seconds: the CPU (user + sys) this shell's finished children used so
-# far, from the `times` builtin; a tier's CPU is the difference around it.
-# With wall time it shows what overlaps and what 2 cores can still absorb.
-cpu_seconds() {
-	# `times` must run in this shell (a pipe would fork it, and a forked
-	# child starts with no children's time), so it writes to a file.
-	times >"bin/times.$BASHPID"
-	awk 'NR == 2 {
+# cpu_now sets CPU to the CPU seconds (user + sys) this shell's finished
+# children used so far, from the `times` builtin; a tier's CPU is the
+# difference around it. With wall time it shows what overlaps and what 2
+# cores can still absorb. `times` must run in this very shell: a pipe or a
+# $(...) forks, and a forked child starts with no children's time.
+cpu_now() {
+	local f="bin/times.$BASHPID"
+	times >"$f"
+	CPU=$(awk 'NR == 2 {
 		t = 0
 		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
 		printf "%d\n", t
-	}' "bin/times.$BASHPID"
+	}' "$f")
 }
 
 # tier NAME CMD...: runs CMD, records its wall time, CPU time and result.
 tier() {
 	local name=$1 t0=$SECONDS c0 rc=0; shift
-	c0=$(cpu_seconds)
+	cpu_now
+	c0=$CPU
 	echo "=== tier $name: $*"
 	"$@" || rc=$?
-	record "$name" "$((SECONDS - t0))" "$(($(cpu_seconds) - c0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+	cpu_now
+	record "$name" "$((SECONDS - t0))" "$((CPU - c0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
 	return $rc
 }
 
@@ -49,7 +52,8 @@ summary() {
 	while IFS=$'\t' read -r name secs cpu result; do
 		printf '%-9s %7s %6s  %s\n' "$name" "$secs" "$cpu" "$result"
 	done <"$table"
-	printf '%-9s %7s %6s  %s\n' total "$((SECONDS - start))" "$(cpu_seconds)" "$([ $rc = 0 ] && echo ok || echo FAILED)"
+	cpu_now
+	printf '%-9s %7s %6s  %s\n' total "$((SECONDS - start))" "$CPU" "$([ $rc = 0 ] && echo ok || echo FAILED)"
 }
 trap summary EXIT
 
@@ -57,7 +61,8 @@ tools_log=bin/tools.log
 (
 	t0=$SECONDS rc=0
 	make --no-print-directory tools >"$tools_log" 2>&1 || rc=$?
-	record tools "$((SECONDS - t0))" "$(cpu_seconds)" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+	cpu_now
+	record tools "$((SECONDS - t0))" "$CPU" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
 	exit $rc
 ) &
 tools_pid=$!
