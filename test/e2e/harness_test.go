@@ -215,7 +215,13 @@ timeout 30 wget -q -O /dev/null %s/ready/$HOSTNAME
 	case "hold":
 		b.WriteString("while :; do sleep 3600 & wait $!; done\n")
 	case "oom": // the main process itself exceeds the memory limit
-		b.WriteString("exec dd if=/dev/zero of=/dev/null bs=256M count=1\n")
+		// A string doubled by the shell itself, so the pages are touched
+		// from user space and the memory cgroup's OOM killer always fires.
+		// dd reading /dev/zero into a 256M buffer touched them inside
+		// read(2), where a charge over the limit can end the read short
+		// instead: dd then wrote what it got and exited 0, and the pod
+		// Succeeded (seen once, in a cold CI run on a loaded machine).
+		b.WriteString("x=kdefer; while :; do x=$x$x; done\n")
 	case "fill": // the container's writable layer exceeds its ephemeral-storage limit
 		b.WriteString("dd if=/dev/zero of=/tmp/fill bs=1M count=24\nwhile :; do sleep 3600 & wait $!; done\n")
 	default:
