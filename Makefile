@@ -55,15 +55,15 @@ envtest-assets: tools
 ## machine that cannot run it.
 ##
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
-## on fresh clones, 2026-12-01, the machine shared with other compiles (upper
-## bounds; README "Tier budget" has the details and the room left in 90 min):
-##   tier     cold (no caches at all)          warm (tools cached)
-##   tools    3083 s, in the background        1 s
-##   verify   2148 s (overlaps tools)          29 s
-##   fuzz     1224 s (overlaps tools)          179 s
-##   unit     325 s                            210 s
-##   e2e      744 s                            477 s
-##   total    74 min (91 CPU-min)              15 min
+## on fresh clones, 2026-12-01 (README "Tier budget" has the details, where
+## the CPU goes and the room left in 90 min):
+##   tier     cold (fresh HOME: no caches)     warm (tools cached)
+##   tools    2282 s, in the background        1 s
+##   verify   2272 s (overlaps tools)          169 s
+##   fuzz     479 s (overlaps tools)           129 s
+##   unit     264 s                            164 s
+##   e2e      407 s                            363 s
+##   total    57 min (88 CPU-min)              14 min
 test:
 	hack/test.sh
 
