@@ -298,25 +298,26 @@ func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64
 }
 
 func (s *s3Backend) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
-	token := ""
-	for {
-		res, err := s.core.ListObjectsV2(s.bucket, prefix, "", token, "", 1000)
-		if err != nil {
-			return s.wrap("list "+strconv.Quote(prefix), err)
+	// Client.ListObjects, not Core.ListObjectsV2: only it takes the
+	// context, so a cancelled run stops listing (issue #12). No owner: it
+	// costs the server a lookup per key and is never used.
+	noOwner := false
+	for o := range s.core.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true, FetchOwner: &noOwner, MaxKeys: 1000}) {
+		if o.Err != nil {
+			return s.wrap("list "+strconv.Quote(prefix), o.Err)
 		}
-		for _, o := range res.Contents {
-			if strings.HasSuffix(o.Key, "/") && o.Size == 0 {
-				continue // directory marker
-			}
-			if err := fn(storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
-				return err
-			}
+		if strings.HasSuffix(o.Key, "/") && o.Size == 0 {
+			continue // directory marker
 		}
-		if !res.IsTruncated || res.NextContinuationToken == "" {
-			return nil
+		if err := fn(storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
+			return err
 		}
-		token = res.NextContinuationToken
 	}
+	// The iterator ends without an error when the context is done.
+	if err := ctx.Err(); err != nil {
+		return s.wrap("list "+strconv.Quote(prefix), err)
+	}
+	return nil
 }
 
 func (s *s3Backend) Delete(ctx context.Context, key string) error {
