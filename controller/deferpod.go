@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -90,7 +91,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		if len(rule.Exclude) > 0 {
 			exclude = rule.Exclude
 		}
-		args := []string{"out", "--from", path.Join(mountPath, so.Path), "--to", so.URL}
+		args := []string{"out", "--from", path.Join(mountPath, so.Path), "--to", v1.StageURLWithS3(so.URL, pol.S3)}
 		for _, g := range include {
 			args = append(args, "--include", g)
 		}
@@ -118,6 +119,9 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		}
 		c.Env = append(c.Env, corev1.EnvVar{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{
 			ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: c.Name, Resource: "limits.memory"}}})
+		if _, m := render.S3CABundle(pol); m != nil {
+			c.VolumeMounts = append(c.VolumeMounts, *m)
+		}
 		if pol.Credentials != nil && pol.Credentials.Name != "" {
 			// Credentials only in the step that needs them.
 			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
@@ -137,6 +141,8 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		c.Env = append(append([]corev1.EnvVar{}, env...), withoutSecret(c.Env, pol.Credentials)...)
 		c.EnvFrom = nil // never credentials or other Secrets by reference outside stage steps
 		c.Ports = withoutHostPorts(c.Ports)
+		// The CA bundle may be a Secret's key: the stage step's alone.
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == render.S3CABundleVolume })
 		if !mountsVolume(&c, workVolumeNames(run)) {
 			c.VolumeMounts = append(c.VolumeMounts, workMounts(run, mountPath, false)...)
 		}
@@ -178,6 +184,9 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	// reservation.
 	volumes := []corev1.Volume{{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		SizeLimit: ptr.To(mustQ("1Gi"))}}}}
+	if v, _ := render.S3CABundle(pol); v != nil && pol.StageOut != nil && pol.StageOut.URL != "" {
+		volumes = append(volumes, *v)
+	}
 	for _, rv := range run.Spec.Volumes {
 		volumes = append(volumes, corev1.Volume{Name: rv.Name, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: rv.ClaimName}}})

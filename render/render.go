@@ -192,6 +192,9 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	wv := pol.WorkVolume
 
 	for i, c := range spec.Containers {
+		if mountsVolume(&c, S3CABundleVolume) {
+			fail(fmt.Sprintf("spec.template.spec.containers[%d].volumeMounts", i), fmt.Sprintf("mounts %q, which kdefer reserves for the stage steps' S3 CA bundle", S3CABundleVolume), "rename the volume")
+		}
 		if strings.HasPrefix(c.Name, StageInContainerName) {
 			fail(fmt.Sprintf("spec.template.spec.containers[%d].name", i), fmt.Sprintf("%q starts with %q, which kdefer reserves for its stage-in containers", c.Name, StageInContainerName), "rename the container")
 		}
@@ -301,6 +304,7 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 		initc = spec.InitContainers // keep nil vs empty as it was
 	}
 	spec.InitContainers = initc
+	spec.Volumes = withS3CABundle(spec.Volumes, &pol)
 
 	if len(errs) > 0 {
 		return errors.Join(errs...)

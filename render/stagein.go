@@ -21,7 +21,7 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 		Name:            name,
 		Image:           opts.StageImage,
 		ImagePullPolicy: opts.ImagePullPolicy,
-		Args:            []string{"in", "--from", in.URL, "--to", path.Join(StageMountPath, in.Path), "--log-format", "json"},
+		Args:            []string{"in", "--from", v1.StageURLWithS3(in.URL, pol.S3), "--to", path.Join(StageMountPath, in.Path), "--log-format", "json"},
 		Env: []corev1.EnvVar{
 			{Name: stagecontract.EnvNamespace, ValueFrom: f("metadata.namespace")},
 			{Name: stagecontract.EnvJob, ValueFrom: f("metadata.labels['" + JobNameLabel + "']")},
@@ -45,6 +45,9 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 			// image's), so stage-in writes files the main containers own.
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
+	}
+	if _, m := S3CABundle(&pol); m != nil {
+		c.VolumeMounts = append(c.VolumeMounts, *m)
 	}
 	if pol.Credentials != nil {
 		c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: *pol.Credentials}}}

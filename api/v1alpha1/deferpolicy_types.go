@@ -45,6 +45,12 @@ type DeferPolicySpec struct {
 	// +optional
 	Credentials *corev1.LocalObjectReference `json:"credentials,omitempty"`
 
+	// s3 sets S3-compatibility switches (checksum mode, addressing style,
+	// region, a CA bundle) for every s3:// URL of stageOut and stageIn; a
+	// parameter a URL sets itself wins (README "S3 settings").
+	// +optional
+	S3 *S3Settings `json:"s3,omitempty"`
+
 	// workVolume is the pod volume that holds the outputs. An emptyDir volume
 	// of that name is converted to a generic ephemeral volume; a missing one
 	// is created and mounted in every main container, under the default name
@@ -116,7 +122,7 @@ type StageOut struct {
 	// and file where the cluster allows it (kdefer-controller
 	// --allow-file-urls); mem (kdefer-stage's tests) is refused by admission.
 	// S3 options go in the query (endpoint, region, use_path_style,
-	// disable_https).
+	// disable_https, checksum, ca_bundle) or in spec.s3.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048

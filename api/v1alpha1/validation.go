@@ -44,6 +44,9 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 			}
 		}
 	}
+	if s.S3 != nil {
+		errs = append(errs, validateS3Settings(s.S3, fld.Child("s3"))...)
+	}
 	if s.Credentials != nil {
 		for _, m := range validation.IsDNS1123Subdomain(s.Credentials.Name) {
 			errs = append(errs, field.Invalid(fld.Child("credentials", "name"), s.Credentials.Name, m))

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"path"
@@ -95,6 +96,16 @@ func CheckStageURL(v string, stageIn bool) string {
 	}
 	if u.User != nil {
 		return fmt.Sprintf("%q holds credentials in the URL; put them in the Secret named by %s", redactUser(v), AnnotationCredentials)
+	}
+	if scheme == "s3" {
+		// kdefer-stage's own rule: a URL admitted here is one it accepts.
+		if _, err := stagecontract.ParseS3Query(u.Query()); err != nil {
+			var pe *stagecontract.ParamError
+			if errors.As(err, &pe) {
+				return pe.Error() + "; fix: " + pe.Fix
+			}
+			return err.Error()
+		}
 	}
 	return ""
 }

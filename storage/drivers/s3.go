@@ -3,27 +3,22 @@ package drivers
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
-
-// s3Params are the URL parameters the s3:// backend accepts; any other is
-// refused with its name, so a typo cannot silently fall back to AWS.
-var s3Params = map[string]bool{"endpoint": true, "region": true, "use_path_style": true, "disable_https": true}
 
 // Part sizing: objects above multipartThreshold are uploaded in parts of at
 // least minPartSize, scheduled on the shared workers so a few big files
@@ -38,95 +33,30 @@ const (
 type s3Backend struct {
 	core   minio.Core
 	bucket string
+	// checksum is the upload checksum mode (stagecontract.S3Checksums).
+	checksum string
 }
 
 func openS3(_ context.Context, loc storage.Location, opts storage.OpenOptions) (storage.Backend, error) {
-	for k := range loc.Query {
-		if !s3Params[k] {
-			return nil, storage.Permanentf("remove it; s3:// accepts endpoint, region, use_path_style, disable_https",
-				"s3 URL parameter %q is unknown", k)
-		}
-	}
-	boolParam := func(name string) (bool, error) {
-		v := loc.Query.Get(name)
-		if v == "" {
-			return false, nil
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return false, storage.Permanentf("use "+name+"=true or false", "s3 URL parameter %s=%q is not a boolean", name, v)
-		}
-		return b, nil
-	}
-	pathStyle, err := boolParam("use_path_style")
+	cfg, err := resolveS3Config(loc.Query)
 	if err != nil {
 		return nil, err
 	}
-	noTLS, err := boolParam("disable_https")
+	tr, err := cfg.transport(opts)
 	if err != nil {
 		return nil, err
 	}
-	region := loc.Query.Get("region")
-	if region == "" {
-		region = os.Getenv("AWS_REGION")
-	}
-	host, secure := "s3.amazonaws.com", !noTLS
-	if ep := loc.Query.Get("endpoint"); ep != "" {
-		if !strings.Contains(ep, "://") {
-			ep = "https://" + ep
-			if noTLS {
-				ep = "http://" + strings.TrimPrefix(ep, "https://")
-			}
-		}
-		eu, err := url.Parse(ep)
-		if err != nil || eu.Host == "" || (eu.Scheme != "http" && eu.Scheme != "https") || (eu.Path != "" && eu.Path != "/") || eu.User != nil {
-			return nil, storage.Permanentf("use endpoint=http://host:port or endpoint=https://host", "s3 URL parameter endpoint=%q is not a URL of the form scheme://host[:port]", storage.Redact(ep))
-		}
-		host, secure = eu.Host, eu.Scheme == "https"
-		if region == "" {
-			region = "us-east-1" // S3-compatible servers (MinIO, Ceph) default to it
-		}
-	}
-	lookup := minio.BucketLookupAuto
-	if pathStyle {
-		lookup = minio.BucketLookupPath
-	}
-	// Credentials only from the standard AWS sources, in the AWS order:
-	// environment, shared credentials file (AWS_PROFILE), then the pod's
-	// web identity / instance role. MinIO's own env names are accepted too.
-	creds := credentials.NewChainCredentials([]credentials.Provider{
-		&credentials.EnvAWS{},
-		&credentials.EnvMinio{},
-		&credentials.FileAWSCredentials{},
-		&credentials.IAM{},
-	})
-	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           idleDialer(opts.IdleTimeout),
-		MaxIdleConns:          2 * opts.Concurrency,
-		MaxIdleConnsPerHost:   2 * opts.Concurrency,
-		IdleConnTimeout:       30 * time.Second, // below the idle timeout
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 2 * time.Minute,
-		ExpectContinueTimeout: time.Second,
-		// Object data is already compressed or incompressible; gzip would
-		// only cost CPU. 64 KiB socket buffers cut syscalls for large bodies.
-		DisableCompression: true,
-		WriteBufferSize:    64 << 10,
-		ReadBufferSize:     64 << 10,
-	}
-	if secure {
-		tr.ForceAttemptHTTP2 = false
-	}
-	c, err := minio.NewCore(host, &minio.Options{
-		Creds:        creds,
-		Secure:       secure,
-		Region:       region,
-		BucketLookup: lookup,
+	c, err := minio.NewCore(cfg.host, &minio.Options{
+		Creds:        cfg.credentials(tr),
+		Secure:       cfg.secure,
+		Region:       cfg.region,
+		BucketLookup: cfg.lookup,
 		Transport:    tr,
 		// Trailing checksums let the server verify a CRC32C computed while
 		// the body streams, with no second pass and no SigV4 payload hash.
-		TrailingHeaders: true,
+		// Off in the other modes: servers that reject aws-chunked
+		// trailers are why they exist.
+		TrailingHeaders: cfg.checksum == stagecontract.S3ChecksumCRC32C,
 		// kdefer retries with its own jittered policy, which re-reads the
 		// file; minio-go's retries would multiply with it.
 		MaxRetries: 1,
@@ -134,7 +64,7 @@ func openS3(_ context.Context, loc storage.Location, opts storage.OpenOptions) (
 	if err != nil {
 		return nil, storage.Permanentf("fix endpoint= in the URL", "open s3 client: %v", err)
 	}
-	return &s3Backend{core: *c, bucket: loc.Bucket}, nil
+	return &s3Backend{core: *c, bucket: loc.Bucket, checksum: cfg.checksum}, nil
 }
 
 func (s *s3Backend) wrap(op string, err error) error {
@@ -157,14 +87,32 @@ func (s *s3Backend) wrap(op string, err error) error {
 }
 
 func (s *s3Backend) putOpts() minio.PutObjectOptions {
-	return minio.PutObjectOptions{
+	opts := minio.PutObjectOptions{
 		ContentType: "application/octet-stream",
-		// No SigV4 payload hash (UNSIGNED-PAYLOAD + CRC32C trailer): it halves
-		// client CPU (measured 1.4 vs 3.0 CPU-s/GB); integrity comes from the
-		// CRC32C the server verifies.
+		// No SigV4 payload hash (UNSIGNED-PAYLOAD): it halves client CPU
+		// (measured 1.4 vs 3.0 CPU-s/GB); integrity comes from the
+		// checksum the server verifies (the CRC32C trailer, or
+		// Content-MD5).
 		DisableContentSha256: true,
-		Checksum:             minio.ChecksumFullObjectCRC32C,
 	}
+	if s.checksum == stagecontract.S3ChecksumCRC32C {
+		opts.Checksum = minio.ChecksumFullObjectCRC32C
+	}
+	return opts
+}
+
+// contentMD5 is the Content-MD5 of size bytes of src in checksum=md5 mode,
+// read before the body is sent (the header comes first); "" in the other
+// modes.
+func (s *s3Backend) contentMD5(key string, src io.Reader) (string, error) {
+	if s.checksum != stagecontract.S3ChecksumMD5 {
+		return "", nil
+	}
+	h := md5.New()
+	if _, err := storage.CopyBuffer(h, src); err != nil {
+		return "", &storage.Error{Class: storage.Transient, Op: "read " + strconv.Quote(key), Err: err}
+	}
+	return base64.StdEncoding.EncodeToString(h.Sum(nil)), nil
 }
 
 // smallPutMax: files up to this size are read once into a pooled buffer,
@@ -197,9 +145,15 @@ func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, s
 	}
 	crc := storage.UpdateCRC32C(0, buf)
 	opts := s.putOpts()
-	opts.Checksum = 0
-	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc)}
-	if _, err := s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(buf), size, "", "", opts); err != nil {
+	if s.checksum == stagecontract.S3ChecksumCRC32C {
+		opts.Checksum = 0
+		opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc)}
+	}
+	md5sum, err := s.contentMD5(key, bytes.NewReader(buf))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(buf), size, md5sum, "", opts); err != nil {
 		return 0, s.wrap("upload "+strconv.Quote(key), err)
 	}
 	if progress != nil {
@@ -212,8 +166,12 @@ func (s *s3Backend) Put(ctx context.Context, key string, src io.ReaderAt, size i
 	if size <= smallPutMax {
 		return s.putSmall(ctx, key, src, size, progress)
 	}
+	md5sum, err := s.contentMD5(key, io.NewSectionReader(src, 0, size))
+	if err != nil {
+		return 0, err
+	}
 	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: progress}
-	info, err := s.core.PutObject(ctx, s.bucket, key, cr, size, "", "", s.putOpts())
+	info, err := s.core.PutObject(ctx, s.bucket, key, cr, size, md5sum, "", s.putOpts())
 	if err != nil {
 		return 0, s.wrap("upload "+strconv.Quote(key), err)
 	}
@@ -298,25 +256,26 @@ func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64
 }
 
 func (s *s3Backend) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
-	token := ""
-	for {
-		res, err := s.core.ListObjectsV2(s.bucket, prefix, "", token, "", 1000)
-		if err != nil {
-			return s.wrap("list "+strconv.Quote(prefix), err)
+	// Client.ListObjects, not Core.ListObjectsV2: only it takes the
+	// context, so a cancelled run stops listing (issue #12). No owner: it
+	// costs the server a lookup per key and is never used.
+	noOwner := false
+	for o := range s.core.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true, FetchOwner: &noOwner, MaxKeys: 1000}) {
+		if o.Err != nil {
+			return s.wrap("list "+strconv.Quote(prefix), o.Err)
 		}
-		for _, o := range res.Contents {
-			if strings.HasSuffix(o.Key, "/") && o.Size == 0 {
-				continue // directory marker
-			}
-			if err := fn(storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
-				return err
-			}
+		if strings.HasSuffix(o.Key, "/") && o.Size == 0 {
+			continue // directory marker
 		}
-		if !res.IsTruncated || res.NextContinuationToken == "" {
-			return nil
+		if err := fn(storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
+			return err
 		}
-		token = res.NextContinuationToken
 	}
+	// The iterator ends without an error when the context is done.
+	if err := ctx.Err(); err != nil {
+		return s.wrap("list "+strconv.Quote(prefix), err)
+	}
+	return nil
 }
 
 func (s *s3Backend) Delete(ctx context.Context, key string) error {

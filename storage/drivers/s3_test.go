@@ -43,3 +43,29 @@ func TestBeginAbortsStaleUploads(t *testing.T) {
 		t.Errorf("%d multipart uploads of %s in progress, want only the latest", n, key)
 	}
 }
+
+// A cancelled listing stops: stage-in and the stage-out's resume check list
+// under the run's context, and a deadline must end them (issue #12).
+func TestListHonoursContext(t *testing.T) {
+	srv := s3server.Start(t)
+	s3server.SetCredentials(t)
+	s3server.MakeBucket(t, srv.Addr(), "listctx")
+	loc, err := storage.ParseURL(srv.URL("listctx", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := storage.Open(context.Background(), loc, storage.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := be.Put(context.Background(), "k", bytes.NewReader([]byte("x")), 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n := 0
+	err = be.List(ctx, "", func(storage.ObjectInfo) error { n++; return nil })
+	if err == nil || n != 0 {
+		t.Errorf("List under a cancelled context: %d objects, err %v; want no request and an error", n, err)
+	}
+}

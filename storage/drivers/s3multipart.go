@@ -9,6 +9,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -34,11 +35,13 @@ type s3Upload struct {
 
 func (s *s3Backend) Begin(ctx context.Context, key string) (storage.Upload, error) {
 	opts := s.putOpts()
-	opts.Checksum = 0
-	// Ask for a FULL_OBJECT CRC32C: the completed object then carries the
-	// same checksum a single PUT would, so resume checks and the manifest
-	// use one value whatever the upload path.
-	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Algorithm": "CRC32C", "X-Amz-Checksum-Type": "FULL_OBJECT"}
+	if s.checksum == stagecontract.S3ChecksumCRC32C {
+		opts.Checksum = 0
+		// Ask for a FULL_OBJECT CRC32C: the completed object then carries
+		// the same checksum a single PUT would, so resume checks and the
+		// manifest use one value whatever the upload path.
+		opts.UserMetadata = map[string]string{"X-Amz-Checksum-Algorithm": "CRC32C", "X-Amz-Checksum-Type": "FULL_OBJECT"}
+	}
 	s.abortStale(ctx, key)
 	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, opts)
 	if err != nil {
@@ -48,14 +51,31 @@ func (s *s3Backend) Begin(ctx context.Context, key string) (storage.Upload, erro
 }
 
 func (u *s3Upload) PutPart(ctx context.Context, n int, src io.Reader, size int64) (storage.Part, error) {
-	trailer := http.Header{}
-	trailer.Set("X-Amz-Checksum-Crc32c", base64CRC(0))
-	cr := &storage.CRCReader{R: src, Done: func(c uint32) { trailer.Set("X-Amz-Checksum-Crc32c", base64CRC(c)) }}
-	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, n, cr, size, minio.PutObjectPartOptions{
-		DisableContentSha256: true,
-		Trailer:              trailer,
-	})
 	op := fmt.Sprintf("upload part %d of %q", n, u.key)
+	popts := minio.PutObjectPartOptions{DisableContentSha256: true}
+	var done func(uint32)
+	switch u.s.checksum {
+	case stagecontract.S3ChecksumCRC32C:
+		popts.Trailer = http.Header{}
+		popts.Trailer.Set("X-Amz-Checksum-Crc32c", base64CRC(0))
+		done = func(c uint32) { popts.Trailer.Set("X-Amz-Checksum-Crc32c", base64CRC(c)) }
+	case stagecontract.S3ChecksumMD5:
+		// Content-MD5 needs a first pass: only over a part that can be
+		// read again. Parts from a one-pass reader go without (the
+		// manifest's CRC32C still covers them on stage-in).
+		if rs, ok := src.(io.ReadSeeker); ok {
+			sum, err := u.s.contentMD5(u.key, io.LimitReader(rs, size))
+			if err == nil {
+				_, err = rs.Seek(0, io.SeekStart)
+			}
+			if err != nil {
+				return storage.Part{}, storage.WithOp(op, err)
+			}
+			popts.Md5Base64 = sum
+		}
+	}
+	cr := &storage.CRCReader{R: src, Done: done}
+	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, n, cr, size, popts)
 	if err != nil {
 		return storage.Part{}, u.s.wrap(op, err)
 	}
@@ -66,13 +86,19 @@ func (u *s3Upload) PutPart(ctx context.Context, n int, src io.Reader, size int64
 }
 
 func (u *s3Upload) Complete(ctx context.Context, parts []storage.Part, crc uint32) error {
+	withCRC := u.s.checksum == stagecontract.S3ChecksumCRC32C
 	cps := make([]minio.CompletePart, len(parts))
 	for i, p := range parts {
-		cps[i] = minio.CompletePart{PartNumber: p.N, ETag: p.ETag, ChecksumCRC32C: base64CRC(p.CRC)}
+		cps[i] = minio.CompletePart{PartNumber: p.N, ETag: p.ETag}
+		if withCRC {
+			cps[i].ChecksumCRC32C = base64CRC(p.CRC)
+		}
 	}
 	opts := u.s.putOpts()
-	opts.Checksum = 0
-	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc), "X-Amz-Checksum-Type": "FULL_OBJECT"}
+	if withCRC {
+		opts.Checksum = 0
+		opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc), "X-Amz-Checksum-Type": "FULL_OBJECT"}
+	}
 	_, err := u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, cps, opts)
 	if err != nil && minio.ToErrorResponse(err).Code == "NoSuchUpload" {
 		// A retry after a Complete whose response was lost: the upload is
@@ -82,7 +108,9 @@ func (u *s3Upload) Complete(ctx context.Context, parts []storage.Part, crc uint3
 		for _, p := range parts {
 			size += p.Size
 		}
-		if oi, serr := u.s.Stat(ctx, u.key); serr == nil && oi.Size == size && oi.HasCRC32C && oi.CRC32C == crc {
+		// Without a stored CRC32C (checksum=md5 or none) the size is all
+		// there is to compare.
+		if oi, serr := u.s.Stat(ctx, u.key); serr == nil && oi.Size == size && (oi.HasCRC32C && oi.CRC32C == crc || !withCRC) {
 			return nil
 		}
 	}

@@ -198,6 +198,11 @@ func SetCredentials(t testing.TB) {
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_PROFILE", "")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	// Nothing of the developer's AWS set-up may redirect or re-trust a test.
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_REQUEST_CHECKSUM_CALCULATION"} {
+		t.Setenv(k, "")
+	}
 }
 
 // Client returns a minio-go client for addr.
