@@ -91,7 +91,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	filter, err := NewFilter(o.Include, o.Exclude)
+	filter, err := storage.NewFilter(o.Include, o.Exclude)
 	if err != nil {
 		return Result{}, storage.Usagef("%w", err)
 	}
