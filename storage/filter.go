@@ -80,7 +80,7 @@ func compileGlob(p string) (glob, error) {
 		return glob{}, fmt.Errorf("empty glob")
 	}
 	if !doublestar.ValidatePattern(p) {
-		return glob{}, fmt.Errorf("glob %q is malformed (unclosed [ or {, or a trailing \\)", p)
+		return glob{}, fmt.Errorf("glob %q is malformed: unterminated [ or {, or a trailing \\", p)
 	}
 	return glob{pattern: p, baseOnly: !strings.Contains(p, "/")}, nil
 }

@@ -1,6 +1,7 @@
 package drivers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -71,11 +72,11 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 // stripURL removes the full URL (with its query) from a driver message.
 func stripURL(msg, u string) string { return strings.ReplaceAll(msg, u, storage.Redact(u)) }
 
-func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
+func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // cancelling before Close aborts the write: no partial object
 	w, err := bb.b.NewWriter(ctx, key, &blob.WriterOptions{
-		ContentType: "application/octet-stream",
+		ContentType: cmp.Or(opts.ContentType, storage.DefaultContentType),
 		// Bound the drivers' own part buffers (gs, azblob): at most one
 		// buffer per worker, 4 MiB each.
 		BufferSize:     4 << 20,
@@ -84,7 +85,7 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 	if err != nil {
 		return 0, bb.wrap(err)
 	}
-	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: progress}
+	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: opts.Progress}
 	n, err := storage.CopyBuffer(w, cr)
 	if err == nil && n != size {
 		err = io.ErrUnexpectedEOF

@@ -1,6 +1,7 @@
 package drivers
 
 import (
+	"cmp"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -156,9 +157,9 @@ func (s *s3Backend) wrap(op string, err error) error {
 	return &storage.Error{Class: class, Op: op, Fix: fix, Err: err}
 }
 
-func (s *s3Backend) putOpts() minio.PutObjectOptions {
+func (s *s3Backend) putOpts(o storage.PutOptions) minio.PutObjectOptions {
 	return minio.PutObjectOptions{
-		ContentType: "application/octet-stream",
+		ContentType: cmp.Or(o.ContentType, storage.DefaultContentType),
 		// No SigV4 payload hash (UNSIGNED-PAYLOAD + CRC32C trailer): it halves
 		// client CPU (measured 1.4 vs 3.0 CPU-s/GB); integrity comes from the
 		// CRC32C the server verifies.
@@ -184,7 +185,7 @@ var (
 	tinyPool  = sync.Pool{New: func() any { b := make([]byte, tinyPutMax); return &b }}
 )
 
-func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
+func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, size int64, o storage.PutOptions) (uint32, error) {
 	pool := &smallPool
 	if size <= tinyPutMax {
 		pool = &tinyPool
@@ -196,24 +197,24 @@ func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, s
 		return 0, &storage.Error{Class: storage.Transient, Op: "read " + strconv.Quote(key), Err: fmt.Errorf("%w (file changed?)", err)}
 	}
 	crc := storage.UpdateCRC32C(0, buf)
-	opts := s.putOpts()
+	opts := s.putOpts(o)
 	opts.Checksum = 0
 	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc)}
 	if _, err := s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(buf), size, "", "", opts); err != nil {
 		return 0, s.wrap("upload "+strconv.Quote(key), err)
 	}
-	if progress != nil {
-		progress(size)
+	if o.Progress != nil {
+		o.Progress(size)
 	}
 	return crc, nil
 }
 
-func (s *s3Backend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
+func (s *s3Backend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
 	if size <= smallPutMax {
-		return s.putSmall(ctx, key, src, size, progress)
+		return s.putSmall(ctx, key, src, size, opts)
 	}
-	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: progress}
-	info, err := s.core.PutObject(ctx, s.bucket, key, cr, size, "", "", s.putOpts())
+	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: opts.Progress}
+	info, err := s.core.PutObject(ctx, s.bucket, key, cr, size, "", "", s.putOpts(opts))
 	if err != nil {
 		return 0, s.wrap("upload "+strconv.Quote(key), err)
 	}

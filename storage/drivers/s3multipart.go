@@ -32,8 +32,8 @@ type s3Upload struct {
 	id  string
 }
 
-func (s *s3Backend) Begin(ctx context.Context, key string) (storage.Upload, error) {
-	opts := s.putOpts()
+func (s *s3Backend) Begin(ctx context.Context, key string, po storage.PutOptions) (storage.Upload, error) {
+	opts := s.putOpts(po)
 	opts.Checksum = 0
 	// Ask for a FULL_OBJECT CRC32C: the completed object then carries the
 	// same checksum a single PUT would, so resume checks and the manifest
@@ -70,7 +70,7 @@ func (u *s3Upload) Complete(ctx context.Context, parts []storage.Part, crc uint3
 	for i, p := range parts {
 		cps[i] = minio.CompletePart{PartNumber: p.N, ETag: p.ETag, ChecksumCRC32C: base64CRC(p.CRC)}
 	}
-	opts := u.s.putOpts()
+	opts := u.s.putOpts(storage.PutOptions{})
 	opts.Checksum = 0
 	opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc), "X-Amz-Checksum-Type": "FULL_OBJECT"}
 	_, err := u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, cps, opts)
