@@ -1,8 +1,8 @@
 package drivers
 
 import (
-	"cmp"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"

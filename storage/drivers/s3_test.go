@@ -27,7 +27,7 @@ func TestBeginAbortsStaleUploads(t *testing.T) {
 	ctx := context.Background()
 	key := "p/big"
 	for range 2 { // two crashed runs
-		up, err := s3.Begin(ctx, key)
+		up, err := s3.Begin(ctx, key, storage.PutOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
