@@ -45,7 +45,7 @@ func testHostileKeys(t *testing.T, h storagetest.Harness) {
 			u := h.URL(t)
 			be, loc := storagetest.Open(t, u)
 			storagetest.Put(t, be, loc.Prefix+"ok.txt", []byte("fine"))
-			if _, err := be.Put(ctx, loc.Prefix+key, bytes.NewReader([]byte("evil")), 4, nil); err != nil {
+			if _, err := be.Put(ctx, loc.Prefix+key, bytes.NewReader([]byte("evil")), 4, storage.PutOptions{}); err != nil {
 				t.Skipf("the server refuses key %q itself: %v", key, err)
 			}
 			// Some stores normalise keys; test what was actually stored.

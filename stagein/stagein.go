@@ -74,6 +74,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	filter, err := storage.NewFilter(o.Include, o.Exclude)
+	if err != nil {
+		return Result{}, storage.Usagef("%w", err)
+	}
 	be := o.Backend
 	if be == nil {
 		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, IdleTimeout: o.IdleTimeout})
@@ -125,6 +129,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return Result{}, storage.Permanentf("fix the URL, or pass --allow-empty", "no objects under %s", loc.String())
 		}
 	}
+	if entries, err = choose(entries, filter, o.AllowEmpty, loc); err != nil {
+		return Result{}, err
+	}
 	rels := make([]string, len(entries))
 	for i := range entries {
 		rels[i] = entries[i].rel
@@ -133,21 +140,20 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 
-	if err := os.MkdirAll(o.To, 0o755); err != nil {
-		return Result{}, storage.WithOp("create destination directory", err)
-	}
-	root, err := os.OpenRoot(o.To)
+	root, err := openDestination(o.To, o.DryRun)
 	if err != nil {
-		return Result{}, storage.WithOp("open destination directory", err)
+		return Result{}, err
 	}
-	defer root.Close()
+	if root != nil {
+		defer root.Close()
+	}
 
 	prog := storage.NewProgress(o.Clock)
 	for _, en := range entries {
 		prog.FilesTotal.Add(1)
 		prog.BytesTotal.Add(en.size)
 	}
-	o.Log.Info().Str("from", loc.String()).Bool("manifest", isManifest).Str("to", o.To).
+	o.Log.Info().Str("from", loc.String()).Bool("manifest", isManifest).Str("to", o.To).Bool("dryRun", o.DryRun).
 		Int64("files", prog.FilesTotal.Load()).Int64("bytes", prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-in")
 	pctx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
@@ -186,6 +192,9 @@ func (d *downloader) done(en *entry, moved bool) {
 }
 
 func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) error {
+	if d.o.DryRun {
+		return d.dryRun(ctx, en)
+	}
 	if skip, err := d.present(ctx, en); err != nil || skip {
 		if skip {
 			d.done(en, false)
@@ -272,7 +281,7 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 	defer f.Close()
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	h := md5.New()
-	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h), f); err != nil {
+	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h, d.prog.Verifying()), f); err != nil {
 		return false, nil
 	}
 	if hasCRC {

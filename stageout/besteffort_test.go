@@ -39,7 +39,7 @@ func (h *hookBackend) List(ctx context.Context, prefix string, fn func(storage.O
 	return h.Backend.List(ctx, prefix, fn)
 }
 
-func (h *hookBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
+func (h *hookBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
 	h.mu.Lock()
 	hook := h.beforePut[key]
 	delete(h.beforePut, key)
@@ -47,7 +47,7 @@ func (h *hookBackend) Put(ctx context.Context, key string, src io.ReaderAt, size
 	if hook != nil {
 		hook()
 	}
-	return h.Backend.Put(ctx, key, src, size, progress)
+	return h.Backend.Put(ctx, key, src, size, opts)
 }
 
 // readManifest returns the manifest a run left under loc.

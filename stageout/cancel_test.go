@@ -16,7 +16,7 @@ import (
 // gocloud's writers do (a file:// write runs to the end of the file).
 type deafBackend struct{ storage.Backend }
 
-func (deafBackend) Put(_ context.Context, _ string, src io.ReaderAt, size int64, _ func(int64)) (uint32, error) {
+func (deafBackend) Put(_ context.Context, _ string, src io.ReaderAt, size int64, _ storage.PutOptions) (uint32, error) {
 	buf := make([]byte, 64<<10)
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		if _, err := src.ReadAt(buf[:min(int64(len(buf)), size-off)], off); err != nil {

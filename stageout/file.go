@@ -103,8 +103,13 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 	if sameSize {
 		skip, err := e.alreadyStored(ctx, src, f)
 		if err != nil || skip {
+			e.wouldSkip(f, skip)
 			return skip, err
 		}
+	}
+	if e.o.DryRun {
+		e.wouldUpload(f)
+		return false, nil
 	}
 	if err := e.beforeWrite(ctx); err != nil {
 		return false, err
@@ -117,7 +122,7 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 	moved := e.prog.Attempt()
 	err := e.retry(ctx, src, func(ctx context.Context) error {
 		moved.Restart()
-		crc, err := e.be.Put(ctx, f.key, src, f.size, moved.Add)
+		crc, err := e.be.Put(ctx, f.key, src, f.size, storage.PutOptions{Progress: moved.Add, ContentType: storage.ContentTypeOf(f.rel)})
 		f.crc = crc
 		return err
 	})
@@ -149,9 +154,9 @@ func (e *engine) alreadyStored(ctx context.Context, src *source, f *file) (bool,
 	}
 	h := md5.New()
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	var w io.Writer = crc
+	var w io.Writer = io.MultiWriter(crc, e.prog.Verifying())
 	if !oi.HasCRC32C {
-		w = io.MultiWriter(crc, h)
+		w = io.MultiWriter(crc, h, e.prog.Verifying())
 	}
 	if _, err := storage.CopyBuffer(w, io.NewSectionReader(src, 0, f.size)); err != nil {
 		return false, nil // src recorded the failure; the caller handles it

@@ -84,7 +84,7 @@ func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) e
 		defer f.Close()
 	}
 	err = e.o.Retry.Do(ctx, func(ctx context.Context) error {
-		_, err := e.be.Put(ctx, e.manifestKey, body, size, nil)
+		_, err := e.be.Put(ctx, e.manifestKey, body, size, storage.PutOptions{ContentType: "application/json"})
 		return err
 	})
 	return storage.WithOp("write manifest", err)

@@ -24,7 +24,7 @@ type discardBackend struct {
 	puts, manifestBytes atomic.Int64
 }
 
-func (d *discardBackend) Put(_ context.Context, key string, src io.ReaderAt, size int64, _ func(int64)) (uint32, error) {
+func (d *discardBackend) Put(_ context.Context, key string, src io.ReaderAt, size int64, _ storage.PutOptions) (uint32, error) {
 	n, err := io.Copy(io.Discard, io.NewSectionReader(src, 0, size))
 	if err != nil {
 		return 0, err

@@ -14,7 +14,7 @@ import (
 // computed as it is sent and combined into the object's.
 func (e *engine) multipart(ctx context.Context, pool *storage.Pool, src *source, f *file, partSize int64) error {
 	up, err := storage.RetryValue(ctx, e.o.Retry, func(ctx context.Context) (storage.Upload, error) {
-		return e.mp.Begin(ctx, f.key)
+		return e.mp.Begin(ctx, f.key, storage.PutOptions{ContentType: storage.ContentTypeOf(f.rel)})
 	})
 	if err != nil {
 		return storage.WithOp("upload "+strconv.Quote(f.rel), err)

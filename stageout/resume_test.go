@@ -180,11 +180,11 @@ type failingBackend struct {
 
 var errInjected = &storage.Error{Class: storage.Permanent, Err: errors.New("injected failure")}
 
-func (f *failingBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, p func(int64)) (uint32, error) {
+func (f *failingBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
 	if f.puts.Add(1) > f.n {
 		return 0, errInjected
 	}
-	return f.Backend.Put(ctx, key, src, size, p)
+	return f.Backend.Put(ctx, key, src, size, opts)
 }
 
 func testInterrupted(t *testing.T, h storagetest.Harness) {

@@ -52,8 +52,11 @@ import (
 type Options struct {
 	// From is the local directory; To the destination URL (templates
 	// already expanded).
-	From, To         string
-	Include, Exclude []string
+	From, To string
+	// RequireFiles fails a run that finds no file to upload (none under
+	// From, or none the filters choose); without it that is a warning and
+	// the manifest lists no file.
+	RequireFiles bool
 	// Env looks up the KDEFER_* identity recorded in the manifest.
 	Env func(string) (string, bool)
 	// Version is recorded in the manifest as "kdefer-stage <Version>".
@@ -91,7 +94,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	filter, err := NewFilter(o.Include, o.Exclude)
+	filter, err := storage.NewFilter(o.Include, o.Exclude)
 	if err != nil {
 		return Result{}, storage.Usagef("%w", err)
 	}
@@ -129,10 +132,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if err := e.noFiles(); err != nil {
+		return Result{}, err
+	}
 
 	e.be = o.Backend
-	if e.be == nil {
-		e.be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: true, IdleTimeout: o.IdleTimeout})
+	if e.be == nil && !missingFileDir(o.DryRun, loc) {
+		e.be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: !o.DryRun, IdleTimeout: o.IdleTimeout})
 		if err != nil {
 			return Result{}, err
 		}
@@ -141,13 +147,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if mp, ok := e.be.(storage.Multipart); ok {
 		e.mp = mp
 	}
-	o.Log.Info().Str("from", o.From).Str("to", loc.String()).Int64("files", e.prog.FilesTotal.Load()).
+	o.Log.Info().Str("from", o.From).Str("to", loc.String()).Bool("dryRun", o.DryRun).Int64("files", e.prog.FilesTotal.Load()).
 		Int64("bytes", e.prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-out")
 
 	// One listing tells which objects exist already (and their sizes):
 	// a HEAD per file would double the requests of a first run.
 	existing := map[string]int64{}
 	err = o.Retry.Do(ctx, func(ctx context.Context) error {
+		if e.be == nil {
+			return nil // a dry run to a file:// directory not created yet
+		}
 		clear(existing)
 		e.hasManifest = false
 		return e.be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
@@ -173,6 +182,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, fmt.Errorf("stop stage-out: %w", err)
 	}
 
+	if o.DryRun {
+		e.prog.Log(o.Log, "report final progress")
+		return Result{TransferResult: storage.TransferResult{Bytes: e.prog.Moved.Load(), Objects: e.prog.Objects.Load(),
+			Skipped: e.prog.Skipped.Load(), TotalBytes: e.prog.BytesTotal.Load(), Unsaved: int64(len(e.unsavedFiles))}}, nil
+	}
 	// Every object is stored: now, and only now, the manifest.
 	m := &stagecontract.Manifest{
 		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),

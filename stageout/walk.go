@@ -27,7 +27,7 @@ const walkBatch = 1024
 // to regular files inside root; symlinked directories are not followed (no
 // loops, no escapes). Entries come in directory order, not sorted: sorting
 // would hold a whole directory in memory.
-func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger, emit func(file), skip func(rel, reason string)) error {
+func walk(root *os.Root, prefix string, filter *storage.Filter, log zerolog.Logger, emit func(file), skip func(rel, reason string)) error {
 	w := &walker{root: root, prefix: prefix, filter: filter, log: log, emit: emit, skip: skip}
 	dirs := []string{"."}
 	for len(dirs) > 0 {
@@ -52,7 +52,7 @@ func walk(root *os.Root, prefix string, filter *Filter, log zerolog.Logger, emit
 type walker struct {
 	root   *os.Root
 	prefix string
-	filter *Filter
+	filter *storage.Filter
 	log    zerolog.Logger
 	emit   func(file)
 	skip   func(rel, reason string)

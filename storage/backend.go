@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"mime"
 	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -41,7 +43,7 @@ type Backend interface {
 	// returns the CRC32C of the bytes it sent, computed in the same pass.
 	// src is an io.ReaderAt so that a retry re-reads the file instead of
 	// holding a copy in memory.
-	Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error)
+	Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts PutOptions) (uint32, error)
 	// Stat returns the object's attributes, or an error wrapping ErrNotExist.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
 	// NewReader reads length bytes from offset off (length < 0: to the end).
@@ -55,13 +57,35 @@ type Backend interface {
 	Close() error
 }
 
+// PutOptions are what a store is told of an object besides its bytes.
+type PutOptions struct {
+	// Progress, when set, is called with each count of bytes sent.
+	Progress func(int64)
+	// ContentType of the object; empty means application/octet-stream.
+	ContentType string
+}
+
+// ContentTypeOf returns the content type of a file named name by its
+// extension (mime.TypeByExtension: Go's built-in table and the system's
+// mime.types), else application/octet-stream, so that objects open in a
+// browser or a console as what they are.
+func ContentTypeOf(name string) string {
+	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
+		return t
+	}
+	return DefaultContentType
+}
+
+// DefaultContentType is the content type of bytes of unknown kind.
+const DefaultContentType = "application/octet-stream"
+
 // Multipart is implemented by backends that can upload parts of one object
 // in parallel (S3). The engine schedules the parts on its shared workers.
 type Multipart interface {
 	// PartSize returns the part size for an object of size bytes, or 0 when
 	// it should be uploaded with a single Put.
 	PartSize(size int64) int64
-	Begin(ctx context.Context, key string) (Upload, error)
+	Begin(ctx context.Context, key string, opts PutOptions) (Upload, error)
 }
 
 // Upload is one multipart upload in progress.

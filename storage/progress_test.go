@@ -60,6 +60,28 @@ func TestProgressLines(t *testing.T) {
 	}
 }
 
+// A rerun that verifies files already at the destination moves almost
+// nothing: rate and ETA come from the bytes it reads, not from the few it
+// moved (before, this gave an ETA of 600,000 s instead of 15 s).
+func TestProgressRateCountsVerifiedBytes(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	p := NewProgress(clk)
+	p.BytesTotal.Store(100e6)
+	clk.Step(10 * time.Second)
+	p.Moved.Store(1000)
+	p.Verified.Store(40e6 - 1000)
+	p.BytesDone.Store(40e6) // the verified files, skipped
+	var buf lockedBuf
+	p.Log(zerolog.New(&buf), "transfer progress")
+	var got map[string]any
+	if err := json.Unmarshal([]byte(buf.String()), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["rateMBps"] != 4.0 || got["etaSeconds"] != 15.0 {
+		t.Errorf("verifying skipped files: rateMBps %v etaSeconds %v, want 4 and 15", got["rateMBps"], got["etaSeconds"])
+	}
+}
+
 // A retried transfer must not count the failed try's bytes twice.
 func TestAttemptRestart(t *testing.T) {
 	p := NewProgress(nil)

@@ -23,6 +23,11 @@ type TransferOptions struct {
 	IdleTimeout time.Duration
 	// Backend, when set, is used instead of opening the URL (tests).
 	Backend Backend
+	// Include and Exclude choose the files by their relative path (Filter).
+	Include, Exclude []string
+	// DryRun logs what would be transferred and skipped, and writes
+	// nothing: no object, no manifest, no local file or directory.
+	DryRun bool
 }
 
 // DefaultConcurrency is the number of transfers in flight unless set.

@@ -218,7 +218,7 @@ func (p *parser) parse(key, v string) {
 			p.a.StageInPath = &vv
 		}
 	case AnnotationInclude, AnnotationExclude:
-		globs := splitList(v)
+		globs := splitGlobs(v)
 		for _, g := range globs {
 			if msg := CheckGlob(g); msg != "" {
 				p.fail(key, v, msg, "use comma-separated globs relative to the stage-out path, e.g. *.root,logs/**")
@@ -320,6 +320,35 @@ func splitList(v string) []string {
 			out = append(out, s)
 		}
 	}
+	return out
+}
+
+// splitGlobs splits a comma-separated glob list at the commas outside
+// braces, so "*.{root,log},logs/**" is two globs.
+func splitGlobs(v string) []string {
+	var out []string
+	depth, start := 0, 0
+	add := func(s string) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '\\':
+			i++ // an escaped character is never a separator
+		case '{':
+			depth++
+		case '}':
+			depth = max(depth-1, 0)
+		case ',':
+			if depth == 0 {
+				add(v[start:i])
+				start = i + 1
+			}
+		}
+	}
+	add(v[start:])
 	return out
 }
 

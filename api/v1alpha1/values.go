@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path"
 	"slices"
 	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -148,8 +149,10 @@ func CheckGlob(g string) string {
 	if strings.HasPrefix(g, "/") {
 		return fmt.Sprintf("glob %q is absolute; globs are relative to the stage-out path", g)
 	}
-	if _, err := path.Match(strings.ReplaceAll(g, "**", "*"), ""); err != nil {
-		return fmt.Sprintf("glob %q is malformed: %v", g, err)
+	// The library kdefer-stage matches with (storage.Filter), so what is
+	// admitted is what the stage step accepts.
+	if !doublestar.ValidatePattern(g) {
+		return fmt.Sprintf("glob %q is malformed: close every [ and {, and escape a trailing \\", g)
 	}
 	return ""
 }

@@ -80,8 +80,7 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 	})
 	outCmd.Flags().StringVar(&out.From, "from", "", "directory to upload (required)")
 	outCmd.Flags().StringVar(&out.To, "to", "", "destination URL prefix (required)")
-	outCmd.Flags().StringArrayVar(&out.Include, "include", nil, "only upload paths matching this glob (repeatable; ** crosses directories)")
-	outCmd.Flags().StringArrayVar(&out.Exclude, "exclude", nil, "skip paths matching this glob (repeatable)")
+	outCmd.Flags().BoolVar(&out.RequireFiles, "require-files", false, "fail when no file is chosen (default: warn and write an empty manifest)")
 	_ = outCmd.MarkFlagRequired("from")
 	_ = outCmd.MarkFlagRequired("to")
 

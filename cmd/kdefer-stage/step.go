@@ -35,6 +35,8 @@ type options struct {
 	attempts         int
 	cpuProfile       string
 	idleTimeout      time.Duration
+	include, exclude []string
+	dryRun           bool
 
 	stderr io.Writer
 	code   int
@@ -49,6 +51,9 @@ func (o *options) addFlags(root *cobra.Command) {
 	pf.StringVar(&o.logFormat, "log-format", "auto", "json, console, or auto (console on a terminal)")
 	pf.IntVar(&o.attempts, "attempts", storage.DefaultRetry().Attempts, "tries per request on transient errors")
 	pf.DurationVar(&o.idleTimeout, "idle-timeout", storage.DefaultIdleTimeout, "retry a transfer whose connection makes no progress for this long")
+	pf.StringArrayVar(&o.include, "include", nil, "only transfer paths matching this glob (repeatable; ** crosses directories, {a,b} either)")
+	pf.StringArrayVar(&o.exclude, "exclude", nil, "skip paths matching this glob (repeatable)")
+	pf.BoolVar(&o.dryRun, "dry-run", false, "log what would be transferred and skipped; write nothing")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile here (for benchmarks)")
 	_ = pf.MarkHidden("cpuprofile")
 }
@@ -101,7 +106,7 @@ func (o *options) command(ctx context.Context, s step) *cobra.Command {
 	s.cmd.RunE = func(*cobra.Command, []string) error {
 		log, interval := o.logger()
 		*s.transfer = storage.TransferOptions{Log: log, ProgressInterval: interval, Concurrency: o.concurrency,
-			Retry: o.retry(log), IdleTimeout: o.idleTimeout}
+			Retry: o.retry(log), IdleTimeout: o.idleTimeout, Include: o.include, Exclude: o.exclude, DryRun: o.dryRun}
 		start := time.Now()
 		url, err := storage.ExpandTemplate(*s.url, os.LookupEnv)
 		if err != nil {
@@ -204,7 +209,7 @@ func (o *options) finish(log zerolog.Logger, op string, start time.Time, r stora
 		log.Error().Str("error", msg).Str("errorClass", s.ErrorClass).Int("exitCode", code).Msg("fail stage-" + op)
 	} else {
 		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).Int64("unsaved", s.Unsaved).
-			Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Msg("complete stage-" + op)
+			Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Bool("dryRun", o.dryRun).Msg("complete stage-" + op)
 	}
 	o.writeSummary(log, s)
 	return code

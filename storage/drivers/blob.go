@@ -1,6 +1,7 @@
 package drivers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -45,6 +46,16 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 		if opts.Create && !q.Has("create_dir") {
 			q.Set("create_dir", "true")
 		}
+		// No ".attrs" sidecar per object unless asked for with
+		// metadata=sidecar: the directory then holds only the files. The
+		// skip checks need no sidecar: fileRoot.Stat computes the CRC32C
+		// of a file without one.
+		switch q.Get("metadata") {
+		case "sidecar":
+			q.Del("metadata") // fileblob's default
+		case "":
+			q.Set("metadata", "skip")
+		}
 		u = "file://" + (&url.URL{Path: loc.Bucket}).EscapedPath()
 	default:
 		u = loc.Scheme + "://" + loc.Bucket
@@ -60,7 +71,7 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 	}
 	bb := &blobBackend{b: b}
 	if loc.Scheme == "file" {
-		if bb.fr, err = openFileRoot(loc.Bucket); err != nil {
+		if bb.fr, err = openFileRoot(loc.Bucket, q.Get("metadata") == "skip"); err != nil {
 			b.Close()
 			return nil, &storage.Error{Class: storage.Permanent, Op: "open " + loc.String(), Fix: "fix the directory in the URL", Err: err}
 		}
@@ -71,11 +82,17 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 // stripURL removes the full URL (with its query) from a driver message.
 func stripURL(msg, u string) string { return strings.ReplaceAll(msg, u, storage.Redact(u)) }
 
-func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
+func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
+	if bb.fr != nil {
+		// A sidecar an earlier run left would describe the old content.
+		if err := bb.fr.dropSidecar(key); err != nil {
+			return 0, bb.wrap(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // cancelling before Close aborts the write: no partial object
 	w, err := bb.b.NewWriter(ctx, key, &blob.WriterOptions{
-		ContentType: "application/octet-stream",
+		ContentType: cmp.Or(opts.ContentType, storage.DefaultContentType),
 		// Bound the drivers' own part buffers (gs, azblob): at most one
 		// buffer per worker, 4 MiB each.
 		BufferSize:     4 << 20,
@@ -84,7 +101,7 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 	if err != nil {
 		return 0, bb.wrap(err)
 	}
-	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: progress}
+	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: opts.Progress}
 	n, err := storage.CopyBuffer(w, cr)
 	if err == nil && n != size {
 		err = io.ErrUnexpectedEOF

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -27,6 +28,9 @@ type fileRoot struct {
 	root *os.Root
 	// dir is the directory, for messages.
 	dir string
+	// noSidecars: writes leave no sidecar (metadata=skip), so an old one
+	// is removed before its object is replaced.
+	noSidecars bool
 }
 
 // fileAttrsExt is the suffix of fileblob's attribute sidecars ("k.attrs"
@@ -36,12 +40,27 @@ const fileAttrsExt = ".attrs"
 // maxAttrsSize bounds what is read of a sidecar: fileblob's are ~200 bytes.
 const maxAttrsSize = 64 << 10
 
-func openFileRoot(dir string) (*fileRoot, error) {
+func openFileRoot(dir string, noSidecars bool) (*fileRoot, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &fileRoot{root: r, dir: dir}, nil
+	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars}, nil
+}
+
+// dropSidecar removes key's sidecar before a write that leaves none.
+func (fr *fileRoot) dropSidecar(key string) error {
+	if !fr.noSidecars {
+		return nil
+	}
+	name, err := fr.name(key)
+	if err != nil {
+		return err
+	}
+	if err := fr.root.Remove(name + fileAttrsExt); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return &storage.Error{Class: storage.Permanent, Fix: "make the directory writable by the stage step's user", Err: fmt.Errorf("remove the stale attributes of %q: %w", key, err)}
+	}
+	return nil
 }
 
 func (fr *fileRoot) Close() error { return fr.root.Close() }
@@ -140,14 +159,26 @@ func (fr *fileRoot) md5(name string) []byte {
 	return xa.MD5
 }
 
+// Stat returns the MD5 of the sidecar, or, for a file without one (the
+// default: no sidecars are written), the CRC32C of its content, read now:
+// the file is the object, so its checksum is the store's word, and Stat is
+// only called to decide a skip, which reads the other side anyway.
 func (fr *fileRoot) Stat(key string) (storage.ObjectInfo, error) {
 	f, fi, err := fr.open(key)
 	if err != nil {
 		return storage.ObjectInfo{}, err
 	}
-	f.Close()
+	defer f.Close()
 	name, _ := fr.name(key)
-	return storage.ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), MD5: fr.md5(name)}, nil
+	oi := storage.ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), MD5: fr.md5(name)}
+	if oi.MD5 == nil && fi.Size() > 0 {
+		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+		if _, err := storage.CopyBuffer(crc, f); err != nil {
+			return storage.ObjectInfo{}, &storage.Error{Class: storage.Transient, Err: fmt.Errorf("read %q: %w", key, err)}
+		}
+		oi.CRC32C, oi.HasCRC32C = crc.Sum32(), true
+	}
+	return oi, nil
 }
 
 type fileReader struct {

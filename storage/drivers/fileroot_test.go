@@ -17,7 +17,7 @@ import (
 // kdefer reads file:// itself; what gocloud's fileblob wrote, under the
 // names it escapes, reads back with its MD5.
 func TestFileReadsWhatFileblobWrote(t *testing.T) {
-	be, _ := storagetest.Open(t, storagetest.File(t).URL(t))
+	be, _ := storagetest.Open(t, storagetest.File(t).URL(t)+"?metadata=sidecar")
 	ctx := context.Background()
 	keys := []string{"plain.txt", "sp ace/x", "a__0x41__b", "__0x2f/x", "ctl\x01name", "dots../x", "uni☺"}
 	for _, k := range keys {
@@ -97,5 +97,42 @@ func TestFileRefusesWhatIsNotAFileInside(t *testing.T) {
 		if got, ok := refused[k]; !ok || got != w {
 			t.Errorf("List: %q listed %v, refused %v; want listed, refused %v", k, ok, got, w)
 		}
+	}
+}
+
+// file:// writes no ".attrs" sidecar unless metadata=sidecar asks for one
+// (before, every object had one); without it the skip checks get a CRC32C
+// from Stat, and a sidecar left by an earlier run never describes new
+// content. With sidecars, the Content-Type by extension is recorded.
+func TestFileSidecarsOnlyOnRequest(t *testing.T) {
+	ctx := context.Background()
+	url := storagetest.File(t).URL(t)
+	dir := strings.TrimPrefix(url, "file://")
+	put := func(be storage.Backend, data string) {
+		t.Helper()
+		if _, err := be.Put(ctx, "page.html", bytes.NewReader([]byte(data)), int64(len(data)), storage.PutOptions{ContentType: storage.ContentTypeOf("page.html")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	withMeta, _ := storagetest.Open(t, url+"?metadata=sidecar")
+	put(withMeta, "<p>old</p>")
+	attrs, err := os.ReadFile(filepath.Join(dir, "page.html.attrs"))
+	if err != nil || !strings.Contains(string(attrs), `"user.content_type":"text/html; charset=utf-8"`) {
+		t.Fatalf("metadata=sidecar: sidecar %s, %v; want one with the HTML content type", attrs, err)
+	}
+
+	be, _ := storagetest.Open(t, url)
+	put(be, "<p>new content</p>")
+	if _, err := os.Stat(filepath.Join(dir, "page.html.attrs")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("default file:// left a sidecar: %v", err)
+	}
+	put(be, "<p>newer</p>")
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("default file:// directory holds %d entries, want only page.html", len(ents))
+	}
+	oi, err := be.Stat(ctx, "page.html")
+	if err != nil || oi.MD5 != nil || !oi.HasCRC32C || oi.CRC32C != storagetest.CRC([]byte("<p>newer</p>")) {
+		t.Errorf("Stat without sidecar = %+v, %v; want the CRC32C of the content", oi, err)
 	}
 }

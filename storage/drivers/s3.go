@@ -2,6 +2,7 @@ package drivers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/base64"
@@ -86,9 +87,9 @@ func (s *s3Backend) wrap(op string, err error) error {
 	return &storage.Error{Class: class, Op: op, Fix: fix, Err: err}
 }
 
-func (s *s3Backend) putOpts() minio.PutObjectOptions {
+func (s *s3Backend) putOpts(o storage.PutOptions) minio.PutObjectOptions {
 	opts := minio.PutObjectOptions{
-		ContentType: "application/octet-stream",
+		ContentType: cmp.Or(o.ContentType, storage.DefaultContentType),
 		// No SigV4 payload hash (UNSIGNED-PAYLOAD): it halves client CPU
 		// (measured 1.4 vs 3.0 CPU-s/GB); integrity comes from the
 		// checksum the server verifies (the CRC32C trailer, or
@@ -132,7 +133,7 @@ var (
 	tinyPool  = sync.Pool{New: func() any { b := make([]byte, tinyPutMax); return &b }}
 )
 
-func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
+func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, size int64, o storage.PutOptions) (uint32, error) {
 	pool := &smallPool
 	if size <= tinyPutMax {
 		pool = &tinyPool
@@ -144,7 +145,7 @@ func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, s
 		return 0, &storage.Error{Class: storage.Transient, Op: "read " + strconv.Quote(key), Err: fmt.Errorf("%w (file changed?)", err)}
 	}
 	crc := storage.UpdateCRC32C(0, buf)
-	opts := s.putOpts()
+	opts := s.putOpts(o)
 	if s.checksum == stagecontract.S3ChecksumCRC32C {
 		opts.Checksum = 0
 		opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc)}
@@ -156,22 +157,22 @@ func (s *s3Backend) putSmall(ctx context.Context, key string, src io.ReaderAt, s
 	if _, err := s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(buf), size, md5sum, "", opts); err != nil {
 		return 0, s.wrap("upload "+strconv.Quote(key), err)
 	}
-	if progress != nil {
-		progress(size)
+	if o.Progress != nil {
+		o.Progress(size)
 	}
 	return crc, nil
 }
 
-func (s *s3Backend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, progress func(int64)) (uint32, error) {
+func (s *s3Backend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
 	if size <= smallPutMax {
-		return s.putSmall(ctx, key, src, size, progress)
+		return s.putSmall(ctx, key, src, size, opts)
 	}
 	md5sum, err := s.contentMD5(key, io.NewSectionReader(src, 0, size))
 	if err != nil {
 		return 0, err
 	}
-	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: progress}
-	info, err := s.core.PutObject(ctx, s.bucket, key, cr, size, md5sum, "", s.putOpts())
+	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: opts.Progress}
+	info, err := s.core.PutObject(ctx, s.bucket, key, cr, size, md5sum, "", s.putOpts(opts))
 	if err != nil {
 		return 0, s.wrap("upload "+strconv.Quote(key), err)
 	}

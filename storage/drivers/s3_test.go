@@ -27,7 +27,7 @@ func TestBeginAbortsStaleUploads(t *testing.T) {
 	ctx := context.Background()
 	key := "p/big"
 	for range 2 { // two crashed runs
-		up, err := s3.Begin(ctx, key)
+		up, err := s3.Begin(ctx, key, storage.PutOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestListHonoursContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := be.Put(context.Background(), "k", bytes.NewReader([]byte("x")), 1, nil); err != nil {
+	if _, err := be.Put(context.Background(), "k", bytes.NewReader([]byte("x")), 1, storage.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

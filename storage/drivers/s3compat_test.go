@@ -82,13 +82,13 @@ func putAll(t *testing.T, be storage.Backend) error {
 	t.Helper()
 	ctx := context.Background()
 	small, big, part := bytes.Repeat([]byte("s"), 1000), bytes.Repeat([]byte("b"), smallPutMax+1), bytes.Repeat([]byte("p"), 5<<20)
-	if _, err := be.Put(ctx, "small", bytes.NewReader(small), int64(len(small)), nil); err != nil {
+	if _, err := be.Put(ctx, "small", bytes.NewReader(small), int64(len(small)), storage.PutOptions{}); err != nil {
 		return err
 	}
-	if _, err := be.Put(ctx, "big", bytes.NewReader(big), int64(len(big)), nil); err != nil {
+	if _, err := be.Put(ctx, "big", bytes.NewReader(big), int64(len(big)), storage.PutOptions{}); err != nil {
 		return err
 	}
-	up, err := be.(storage.Multipart).Begin(ctx, "multi")
+	up, err := be.(storage.Multipart).Begin(ctx, "multi", storage.PutOptions{})
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func TestContentMD5IsTheBodys(t *testing.T) {
 	s3server.MakeBucket(t, srv.Addr(), "md5")
 	be := openURL(t, s3server.S3URL(proxy.Listener.Addr().String(), "md5", "")+"&checksum=md5")
 	data := bytes.Repeat([]byte("m"), 3<<20)
-	if _, err := be.Put(context.Background(), "k", bytes.NewReader(data), int64(len(data)), nil); err != nil {
+	if _, err := be.Put(context.Background(), "k", bytes.NewReader(data), int64(len(data)), storage.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	sum := md5.Sum(data)
@@ -226,7 +226,7 @@ func TestCABundle(t *testing.T) {
 		defer be.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, err = be.Put(ctx, "p/k", bytes.NewReader([]byte("x")), 1, nil)
+		_, err = be.Put(ctx, "p/k", bytes.NewReader([]byte("x")), 1, storage.PutOptions{})
 		return err
 	}
 	if err := put(base); err == nil || !strings.Contains(err.Error(), "certificate") {

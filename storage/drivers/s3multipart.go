@@ -33,8 +33,8 @@ type s3Upload struct {
 	id  string
 }
 
-func (s *s3Backend) Begin(ctx context.Context, key string) (storage.Upload, error) {
-	opts := s.putOpts()
+func (s *s3Backend) Begin(ctx context.Context, key string, po storage.PutOptions) (storage.Upload, error) {
+	opts := s.putOpts(po)
 	if s.checksum == stagecontract.S3ChecksumCRC32C {
 		opts.Checksum = 0
 		// Ask for a FULL_OBJECT CRC32C: the completed object then carries
@@ -94,7 +94,7 @@ func (u *s3Upload) Complete(ctx context.Context, parts []storage.Part, crc uint3
 			cps[i].ChecksumCRC32C = base64CRC(p.CRC)
 		}
 	}
-	opts := u.s.putOpts()
+	opts := u.s.putOpts(storage.PutOptions{})
 	if withCRC {
 		opts.Checksum = 0
 		opts.UserMetadata = map[string]string{"X-Amz-Checksum-Crc32c": base64CRC(crc), "X-Amz-Checksum-Type": "FULL_OBJECT"}

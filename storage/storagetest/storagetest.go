@@ -83,7 +83,7 @@ func CRC(b []byte) uint32 { return storage.UpdateCRC32C(0, b) }
 // Put stores data under key and returns the CRC32C the backend reports.
 func Put(t testing.TB, be storage.Backend, key string, data []byte) uint32 {
 	t.Helper()
-	crc, err := be.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), nil)
+	crc, err := be.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{})
 	if err != nil {
 		t.Fatalf("put %q: %v", key, err)
 	}
@@ -213,7 +213,7 @@ func testMultipart(t *testing.T, h Harness) {
 	ctx := context.Background()
 	key := loc.Prefix + "multi"
 	sizes := []int{5 << 20, 5 << 20, 1234}
-	up, err := mp.Begin(ctx, key)
+	up, err := mp.Begin(ctx, key, storage.PutOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func testMultipart(t *testing.T, h Harness) {
 		t.Errorf("multipart object content differs")
 	}
 	// A wrong full-object checksum must be refused by the server.
-	up2, err := mp.Begin(ctx, key+"-bad")
+	up2, err := mp.Begin(ctx, key+"-bad", storage.PutOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package stageout
+package storage
 
 import "testing"
 
@@ -24,6 +24,14 @@ func TestFilter(t *testing.T) {
 		{[]string{"file[!0-9].dat"}, nil, "file7.dat", false},
 		{[]string{"*.root"}, []string{"tmp/**"}, "tmp/x.root", false},
 		{nil, []string{"a+b(c).txt"}, "a+b(c).txt", false},
+		// Braces (issue #16): this matched nothing with the hand-written
+		// glob compiler.
+		{[]string{"**/*.{root,log}"}, nil, "run/x.root", true},
+		{[]string{"**/*.{root,log}"}, nil, "a/b/job.log", true},
+		{[]string{"**/*.{root,log}"}, nil, "top.log", true},
+		{[]string{"**/*.{root,log}"}, nil, "a/b/job.txt", false},
+		{nil, []string{"{cache,tmp}/**"}, "tmp/x", false},
+		{nil, []string{"{cache,tmp}/**"}, "data/x", true},
 	}
 	for _, tc := range tests {
 		f, err := NewFilter(tc.include, tc.exclude)
@@ -34,7 +42,7 @@ func TestFilter(t *testing.T) {
 			t.Errorf("include %q exclude %q: Match(%q) = %v, want %v", tc.include, tc.exclude, tc.rel, got, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "a[", "[]"} {
+	for _, bad := range []string{"", "a[", "*.{root,log", "[]", `a\`} {
 		if _, err := NewFilter([]string{bad}, nil); err == nil {
 			t.Errorf("NewFilter(%q) accepted", bad)
 		}
