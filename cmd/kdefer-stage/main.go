@@ -78,6 +78,7 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 	outCmd.Flags().StringVar(&out.To, "to", "", "destination URL prefix (required)")
 	outCmd.Flags().StringArrayVar(&out.Include, "include", nil, "only upload paths matching this glob (repeatable; ** crosses directories)")
 	outCmd.Flags().StringArrayVar(&out.Exclude, "exclude", nil, "skip paths matching this glob (repeatable)")
+	outCmd.Flags().BoolVar(&out.Overwrite, "overwrite", false, "replace outputs another pod (KDEFER_UID) left under the prefix; without it such a prefix is refused (exit 3)")
 	_ = outCmd.MarkFlagRequired("from")
 	_ = outCmd.MarkFlagRequired("to")
 
