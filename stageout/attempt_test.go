@@ -14,9 +14,13 @@ import (
 	"github.com/kdefer/kdefer/storage/storagetest"
 )
 
+// attemptURL is the prefix every attempt of index 3 of Job sim expands to
+// with a template like s3://b/{job}/{index}/.
+const attemptURL = "mem://attempts/sim/3/"
+
 // attemptOpts is outOpts as the stage-out step of pod name (uid) sees it.
-func attemptOpts(be storage.Backend, from, to, name, uid string) stageout.Options {
-	o := outOpts(be, from, to)
+func attemptOpts(be storage.Backend, from, name, uid string) stageout.Options {
+	o := outOpts(be, from, attemptURL)
 	env := map[string]string{stagecontract.EnvPod: name, stagecontract.EnvUID: uid, stagecontract.EnvJob: "sim", stagecontract.EnvIndex: "3"}
 	o.Env = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	return o
@@ -29,24 +33,23 @@ func attemptOpts(be storage.Backend, from, to, name, uid string) stageout.Option
 // pod resumes, and the policy's overwrite lets a later attempt through.
 func TestEarlierAttemptKept(t *testing.T) {
 	ctx := context.Background()
-	u := "mem://attempts/sim/3/"
-	be, loc := storagetest.Open(t, u)
+	be, loc := storagetest.Open(t, attemptURL)
 	first, second := t.TempDir(), t.TempDir()
 	stagetest.MakeTree(t, first, stagetest.Tree{"out.dat": []byte("attempt 1")})
 	stagetest.MakeTree(t, second, stagetest.Tree{"out.dat": []byte("attempt 2, different")})
 
-	if _, err := stageout.Run(ctx, attemptOpts(be, first, u, "sim-3-aaaaa", "uid-1")); err != nil {
+	if _, err := stageout.Run(ctx, attemptOpts(be, first, "sim-3-aaaaa", "uid-1")); err != nil {
 		t.Fatal(err)
 	}
 	before := string(manifestBytes(t, be, loc))
 
 	// The same pod again (its stage-out step retried): a resume.
-	if _, err := stageout.Run(ctx, attemptOpts(be, first, u, "sim-3-aaaaa", "uid-1")); err != nil {
+	if _, err := stageout.Run(ctx, attemptOpts(be, first, "sim-3-aaaaa", "uid-1")); err != nil {
 		t.Fatalf("the same attempt could not resume: %v", err)
 	}
 
 	// The retry, another pod of the same index.
-	_, err := stageout.Run(ctx, attemptOpts(be, second, u, "sim-3-bbbbb", "uid-2"))
+	_, err := stageout.Run(ctx, attemptOpts(be, second, "sim-3-bbbbb", "uid-2"))
 	var se *storage.Error
 	if !errors.As(err, &se) || se.Class != storage.Permanent || !strings.Contains(err.Error(), "sim-3-aaaaa") || !strings.Contains(err.Error(), "{pod}") {
 		t.Fatalf("retry over an earlier attempt's outputs: got %v, want a permanent error naming pod sim-3-aaaaa and the fix", err)
@@ -59,7 +62,7 @@ func TestEarlierAttemptKept(t *testing.T) {
 	}
 
 	// Overwrite on purpose: the later attempt's outputs and identity.
-	o := attemptOpts(be, second, u, "sim-3-bbbbb", "uid-2")
+	o := attemptOpts(be, second, "sim-3-bbbbb", "uid-2")
 	o.Overwrite = true
 	if _, err := stageout.Run(ctx, o); err != nil {
 		t.Fatalf("overwrite: %v", err)
