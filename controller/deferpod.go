@@ -98,6 +98,9 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		for _, g := range exclude {
 			args = append(args, "--exclude", g)
 		}
+		if so.Overwrite {
+			args = append(args, "--overwrite") // replace an earlier attempt's outputs (stageout.Options.Overwrite)
+		}
 		args = append(args, "--log-format", "json")
 		c := corev1.Container{
 			Name:                     v1.StageOutStepName,

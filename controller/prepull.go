@@ -19,6 +19,11 @@ import (
 // LabelManagedPrePull is the kdefer.io/managed value of pre-pull pods.
 const LabelManagedPrePull = "prepull"
 
+// AnnotationSafeToEvict is the cluster autoscaler's annotation: "true" lets
+// it scale down a node that runs the pod although nothing it knows would
+// recreate the pod.
+const AnnotationSafeToEvict = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+
 // PrePullPodName is the pre-pull pod of an image on a node: one per
 // namespace, node and image, so the cost is bounded by those, not by pods.
 func PrePullPodName(node, image string) string {
@@ -32,15 +37,25 @@ func PrePullPodName(node, image string) string {
 // passes the image is there. Defer containers' own images are not pre-pulled:
 // nothing is known about what they can run.
 //
-// It is owned (not as controller, not blocking) by the run that asked for it,
-// so it goes with that run: with its Job or after the run's TTL; the next
-// armed pod on the node makes a new one.
+// It is controlled (not blocking) by the run that asked for it, so it goes
+// with that run: with its Job or after the run's TTL; the next armed pod on
+// the node makes a new one. Controlled, because `kubectl drain` refuses,
+// without --force, to evict a running pod that "declares no controller"
+// (k8s.io/kubectl/pkg/drain's unreplicatedFilter); and annotated safe to
+// evict, because the cluster autoscaler keeps a node whose pods' controller
+// is of a kind it does not know (skip-nodes-with-custom-controller-pods).
+// Evicting it costs nothing but a pull the defer pod does itself. Nothing
+// mistakes it for the run's defer pod: those are found by name
+// (v1.DeferPodName) and label (v1.ManagedDeferPod), which it does not have.
 func BuildPrePullPod(run *v1.DeferRun, node, image string, pull corev1.PullPolicy) *corev1.Pod {
+	owner := runOwnerRef(run, true)
+	owner.BlockOwnerDeletion = ptr.To(false)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: PrePullPodName(node, image), Namespace: run.Namespace,
 			Labels:          map[string]string{v1.LabelManaged: LabelManagedPrePull},
-			OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, false)},
+			Annotations:     map[string]string{AnnotationSafeToEvict: "true"},
+			OwnerReferences: []metav1.OwnerReference{owner},
 		},
 		Spec: corev1.PodSpec{
 			NodeName:                     node,
@@ -65,11 +80,23 @@ func BuildPrePullPod(run *v1.DeferRun, node, image string, pull corev1.PullPolic
 }
 
 // prePull makes sure the stage image is being pulled on the node of an armed
-// pod whose policy asks for it (prePull, default true).
+// pod whose policy asks for it (prePull, default true), unless the pod or
+// its node is on its way out (nodeLeaving, podLeaving): a pre-pull pod there
+// would only be one more pod for the drain to evict.
 func (r *PodReconciler) prePull(ctx context.Context, s *podState) error {
 	run := s.run
-	if r.prePullImage == "" || s.class.Done || run.Status.Trigger != "" || s.pod.Spec.NodeName == "" ||
+	if r.prePullImage == "" || s.class.Done || run.Status.Trigger != "" || s.pod.Spec.NodeName == "" || podLeaving(s.pod) ||
 		run.Spec.Policy.StageOut == nil || (run.Spec.Policy.PrePull != nil && !*run.Spec.Policy.PrePull) {
+		return nil
+	}
+	node := &corev1.Node{}
+	if err := r.client.Get(ctx, types.NamespacedName{Name: s.pod.Spec.NodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading node %s: %w", s.pod.Spec.NodeName, err)
+	}
+	if nodeLeaving(node) {
 		return nil
 	}
 	name := PrePullPodName(s.pod.Spec.NodeName, r.prePullImage)
@@ -87,4 +114,40 @@ func (r *PodReconciler) prePull(ctx context.Context, s *podState) error {
 	}
 	Metrics.Writes.WithLabelValues("prepull").Inc()
 	return nil
+}
+
+// leavingTaints are the NoSchedule taints drain tools put on a node they are
+// about to empty: the node lifecycle controller's mirror of a cordon, the
+// cluster autoscaler's before a scale-down, Karpenter's before a disruption.
+var leavingTaints = map[string]bool{
+	corev1.TaintNodeUnschedulable:    true,
+	"ToBeDeletedByClusterAutoscaler": true,
+	"karpenter.sh/disrupted":         true,
+}
+
+// nodeLeaving says whether node is cordoned or tainted for a drain.
+func nodeLeaving(node *corev1.Node) bool {
+	if node.Spec.Unschedulable {
+		return true
+	}
+	for _, t := range node.Spec.Taints {
+		if leavingTaints[t.Key] {
+			return true
+		}
+	}
+	return false
+}
+
+// podLeaving says whether pod is being deleted or is marked for a
+// disruption (an eviction, preemption or taint-manager deletion on the way).
+func podLeaving(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return true
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }

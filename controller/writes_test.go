@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -252,11 +253,64 @@ func TestPrePull(t *testing.T) {
 	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "n1" || pods.Items[0].Spec.Containers[0].Image != "kdefer.io/kdefer-stage:test" {
 		t.Fatalf("pre-pull pods: %+v", pods.Items)
 	}
-	if refs := pods.Items[0].OwnerReferences; len(refs) != 1 || refs[0].Kind != "DeferRun" || *refs[0].Controller || *refs[0].BlockOwnerDeletion {
-		t.Errorf("pre-pull pod owners %+v: want its run, non-controller, non-blocking", refs)
+	// kubectl drain (without --force) refuses a running pod without a
+	// controller; the cluster autoscaler keeps a node for a pod whose
+	// controller it does not know unless it is marked safe to evict.
+	pp := &pods.Items[0]
+	if refs := pp.OwnerReferences; len(refs) != 1 || refs[0].Kind != "DeferRun" || metav1.GetControllerOf(pp) == nil || *refs[0].BlockOwnerDeletion {
+		t.Errorf("pre-pull pod owners %+v: want its run, as controller, non-blocking", refs)
+	}
+	if pp.Annotations[AnnotationSafeToEvict] != "true" {
+		t.Errorf("pre-pull pod annotations %v: want %s=true", pp.Annotations, AnnotationSafeToEvict)
 	}
 	if got := w.writes.Count(func(w kt.Write) bool { return w.Kind == "Pod" && w.Verb == "create" }); got != 1 {
 		t.Errorf("%d pod creates, want 1 pre-pull pod", got)
+	}
+}
+
+// TestNoPrePullOnLeavingNode: a pod on a node being drained (cordoned, or
+// tainted by a drain tool), or a pod on its way out, gets no pre-pull pod:
+// it would be one more pod for the drain to evict.
+func TestNoPrePullOnLeavingNode(t *testing.T) {
+	cases := map[string]struct {
+		node func(*corev1.Node)
+		pod  func(*corev1.Pod)
+	}{
+		"cordoned": {node: func(n *corev1.Node) { n.Spec.Unschedulable = true }},
+		"unschedulable taint": {node: func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}}
+		}},
+		"cluster autoscaler scale-down": {node: func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule}}
+		}},
+		"pod marked for eviction": {pod: func(p *corev1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI"})
+		}},
+		"pod being deleted": {pod: func(p *corev1.Pod) {
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr.To(int64(30))
+		}},
+		"node gone": {node: func(n *corev1.Node) { n.Name = "other" }},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			job, pod, pvc, n := worldObjects()
+			if tc.node != nil {
+				tc.node(n)
+			}
+			if tc.pod != nil {
+				tc.pod(pod)
+			}
+			w := newFakeWorld(t, job, pod, pvc, n)
+			w.pod.prePullImage = "kdefer.io/kdefer-stage:test"
+			w.settle()
+			var pods corev1.PodList
+			if err := w.c.List(context.Background(), &pods, client.MatchingLabels{v1.LabelManaged: LabelManagedPrePull}); err != nil {
+				t.Fatal(err)
+			}
+			if len(pods.Items) != 0 {
+				t.Errorf("pre-pull pod %s created on a node being drained", pods.Items[0].Name)
+			}
+		})
 	}
 }
 

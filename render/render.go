@@ -113,21 +113,20 @@ func IsRendered(job *batchv1.Job, policy *v1.DeferPolicySpec, opts Options) (boo
 }
 
 // Warnings returns advice about a Job that render accepts: unknown kdefer.io
-// annotations (likely typos) and stage-out URLs that pods of one Job share.
+// annotations (likely typos) and a stage-out URL that more than one pod
+// attempt expands to (v1.StageOutCollision): even a one-pod Job retries a
+// failed pod (backoffLimit, 6 by default) under a new name. A DeferPolicy's
+// own URL is warned about when the policy is admitted.
 func Warnings(job *batchv1.Job) []string {
 	ann := mergedConfig(job.Annotations, job.Spec.Template.Annotations)
 	w := v1.UnknownAnnotations(job.Annotations)
 	w = append(w, v1.UnknownAnnotations(job.Spec.Template.Annotations)...)
-	if u := ann[v1.AnnotationStageOut]; u != "" && (parallelOrMany(job)) &&
-		!strings.Contains(u, "{pod}") && !strings.Contains(u, "{index}") && !strings.Contains(u, "{uid}") {
-		w = append(w, fmt.Sprintf("annotation %s: %q has no {pod}, {index} or {uid}, so every pod of this Job uploads to the same prefix and later pods overwrite earlier ones", v1.AnnotationStageOut, u))
+	if u := ann[v1.AnnotationStageOut]; u != "" {
+		if c := v1.StageOutCollision(u); c != "" {
+			w = append(w, fmt.Sprintf("annotation %s: %s", v1.AnnotationStageOut, c))
+		}
 	}
 	return w
-}
-
-func parallelOrMany(job *batchv1.Job) bool {
-	return (job.Spec.Parallelism != nil && *job.Spec.Parallelism > 1) ||
-		(job.Spec.Completions != nil && *job.Spec.Completions > 1)
 }
 
 // Problems flattens an error from render (or EffectivePolicy) into one

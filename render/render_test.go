@@ -428,10 +428,42 @@ func TestWarnings(t *testing.T) {
 	j := rt.MakeJob("j", ns).StageOut("s3://b/shared/").Parallelism(4, 8).Annotation("kdefer.io/tigger", "all").Obj()
 	want := []string{
 		"annotation kdefer.io/tigger is not a kdefer annotation and is ignored; did you mean kdefer.io/triggers?",
-		`annotation kdefer.io/stage-out: "s3://b/shared/" has no {pod}, {index} or {uid}, so every pod of this Job uploads to the same prefix and later pods overwrite earlier ones`,
+		"annotation kdefer.io/stage-out: " + v1.StageOutCollision("s3://b/shared/"),
 	}
 	if diff := cmp.Diff(want, render.Warnings(j)); diff != "" {
 		t.Errorf("Warnings (-want +got):\n%s", diff)
+	}
+}
+
+// TestWarningsCollidingAttempts: a stage-out URL is unique per pod attempt
+// only with {pod} or {uid}. A retried pod (backoffLimit, even in a one-pod
+// Job) and a retried index get new pod names but the same job name and
+// index, so {job} or {index} alone make a later attempt collide with an
+// earlier one.
+func TestWarningsCollidingAttempts(t *testing.T) {
+	for _, tc := range []struct {
+		name, url string
+		indexed   bool
+		want      string // in the warning, "" for none
+	}{
+		{"one pod, job only: its retries collide", "s3://b/{namespace}/{job}/", false, "every pod of the Job and every retry"},
+		{"indexed, index only: an index's retries collide", "s3://b/{job}/{index}/", true, "every retry of an index"},
+		{"pod", "s3://b/{job}/{index}/{pod}/", true, ""},
+		{"uid", "s3://b/{job}/{uid}/", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jw := rt.MakeJob("j", ns).StageOut(tc.url)
+			if tc.indexed {
+				jw.Indexed(4, 2)
+			}
+			w := render.Warnings(jw.Obj())
+			switch {
+			case tc.want == "" && len(w) != 0:
+				t.Errorf("unexpected warnings %q", w)
+			case tc.want != "" && (len(w) != 1 || !strings.Contains(w[0], tc.want) || !strings.Contains(w[0], "stageOut.overwrite")):
+				t.Errorf("warnings %q: want one saying %q and naming the opt-in", w, tc.want)
+			}
+		})
 	}
 }
 

@@ -59,6 +59,9 @@ type Options struct {
 	RequireFiles bool
 	// Env looks up the KDEFER_* identity recorded in the manifest.
 	Env func(string) (string, bool)
+	// Overwrite lets this stage-out replace outputs another pod left
+	// under the prefix (guardEarlierAttempt).
+	Overwrite bool
 	// Version is recorded in the manifest as "kdefer-stage <Version>".
 	Version string
 	// TransferOptions are shared with stage-in; Backend, when set, is
@@ -110,7 +113,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Walk first: the listing below is then one request, and progress
 	// knows the total. The files chosen go to a temporary file, not memory;
 	// what the walk cannot stage is unsaved, not fatal.
-	e := &engine{o: o, root: root, prog: storage.NewProgress(o.Clock), prefix: loc.Prefix, manifestKey: loc.Prefix + stagecontract.ManifestKey}
+	e := &engine{o: o, root: root, prog: storage.NewProgress(o.Clock), prefix: loc.Prefix, prefixURL: loc.String(), manifestKey: loc.Prefix + stagecontract.ManifestKey}
 	warn := func(err error) {
 		o.Log.Warn().Str("error", err.Error()).Msg("keep the file list in memory: no temporary file")
 	}
@@ -169,6 +172,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	})
 	if err != nil {
 		return Result{}, storage.WithOp("list "+loc.String(), err)
+	}
+
+	if err := e.guardEarlierAttempt(ctx); err != nil {
+		return Result{}, err
 	}
 
 	pctx, stopProgress := context.WithCancel(ctx)
@@ -252,6 +259,7 @@ type engine struct {
 	root        *os.Root
 	prog        *storage.Progress
 	prefix      string
+	prefixURL   string // for messages: no credentials, no query
 	manifestKey string
 
 	mu           sync.Mutex

@@ -126,3 +126,58 @@ func ReadManifest(ctx context.Context, be Backend, key string, retry RetryPolicy
 	}
 	return m, nil
 }
+
+// ReadManifestWriter returns the identity of the manifest at key (who wrote
+// it: stagecontract.IdentityEnv's keys), nil when it records none, without
+// reading its file list: a prefix's manifest may list a million files, and
+// a stage-out that only asks whose outputs a prefix holds must not hold them
+// all in memory. kdefer-stage writes the identity before the files (the
+// field order of stagecontract.Manifest), so the decoder stops at the first
+// field that comes after it.
+func ReadManifestWriter(ctx context.Context, be Backend, key string, retry RetryPolicy) (map[string]string, error) {
+	var id map[string]string
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		id = nil
+		r, _, err := be.NewReader(ctx, key, 0, -1)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		id, err = decodeIdentity(json.NewDecoder(io.LimitReader(r, maxManifestSize)))
+		return err
+	})
+	return id, WithOp("read manifest", err)
+}
+
+// decodeIdentity reads the top-level fields of a manifest up to its
+// identity. A manifest that is not a JSON object is permanent trouble.
+func decodeIdentity(dec *json.Decoder) (map[string]string, error) {
+	bad := func(err error) error {
+		return Permanentf("remove or repair the manifest", "decode manifest: %w", err)
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, bad(fmt.Errorf("not a JSON object"))
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, bad(err)
+		}
+		switch t {
+		case "version", "tool", "prefix":
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, bad(err)
+			}
+		case "identity":
+			var id map[string]string
+			if err := dec.Decode(&id); err != nil {
+				return nil, bad(err)
+			}
+			return id, nil
+		default:
+			return nil, nil
+		}
+	}
+	return nil, nil
+}

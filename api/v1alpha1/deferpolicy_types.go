@@ -145,6 +145,14 @@ type StageOut struct {
 	// +optional
 	// +listType=atomic
 	Exclude []string `json:"exclude,omitempty"`
+
+	// overwrite lets a stage-out replace the outputs another pod (an
+	// earlier attempt: a Job retry, a re-run index) left under the same
+	// prefix. By default it refuses, and its run fails with the name of the
+	// pod whose manifest is there: a url without {pod} or {uid} expands to
+	// the same prefix for every attempt.
+	// +optional
+	Overwrite bool `json:"overwrite,omitempty"`
 }
 
 // StageIn is one source downloaded before the main containers start.

@@ -165,3 +165,24 @@ func hasDotDot(p string) bool {
 	}
 	return false
 }
+
+// StageOutCollision returns why pods would share the stage-out prefix a
+// template expands to, or "" when every pod attempt gets its own. Only
+// {pod} and {uid} name one attempt: the Job controller gives every pod it
+// creates (a retry after a failure within backoffLimit or
+// backoffLimitPerIndex, a replacement of an evicted pod) a new name and
+// UID, while {job}, {index} and the rest repeat across attempts, across an
+// index's retries and across re-runs of a Job with the same name. kdefer-stage
+// refuses a prefix whose manifest a different pod wrote unless the policy
+// sets stageOut.overwrite, so a colliding template fails later attempts
+// instead of silently replacing earlier outputs.
+func StageOutCollision(url string) string {
+	if strings.Contains(url, "{pod}") || strings.Contains(url, "{uid}") {
+		return ""
+	}
+	what := "every pod of the Job and every retry"
+	if strings.Contains(url, "{index}") {
+		what = "every retry of an index"
+	}
+	return fmt.Sprintf("%q has no {pod} or {uid}, so %s (and a re-run of the Job) stages out to the same prefix: kdefer refuses to overwrite an earlier attempt's outputs and the later attempt's run fails; add {pod} (e.g. .../{job}/{index}/{pod}/), or set stageOut.overwrite: true in the DeferPolicy to replace them on purpose", url, what)
+}

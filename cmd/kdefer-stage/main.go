@@ -81,6 +81,7 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 	outCmd.Flags().StringVar(&out.From, "from", "", "directory to upload (required)")
 	outCmd.Flags().StringVar(&out.To, "to", "", "destination URL prefix (required)")
 	outCmd.Flags().BoolVar(&out.RequireFiles, "require-files", false, "fail when no file is chosen (default: warn and write an empty manifest)")
+	outCmd.Flags().BoolVar(&out.Overwrite, "overwrite", false, "replace outputs another pod (KDEFER_UID) left under the prefix; without it such a prefix is refused (exit 3)")
 	_ = outCmd.MarkFlagRequired("from")
 	_ = outCmd.MarkFlagRequired("to")
 

@@ -301,8 +301,10 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 		return admission.Denied(fmt.Sprintf("DeferPolicy %s is invalid:\n- %s", p.Name, strings.Join(msgs, "\n- ")))
 	}
 	var warnings []string
-	if so := p.Spec.StageOut; so != nil && !strings.Contains(so.URL, "{pod}") && !strings.Contains(so.URL, "{index}") && !strings.Contains(so.URL, "{uid}") {
-		warnings = append(warnings, fmt.Sprintf("spec.stageOut.url %q has no {pod}, {index} or {uid}: pods using this policy upload to the same prefix unless their Jobs set %s", so.URL, v1.AnnotationStageOut))
+	if so := p.Spec.StageOut; so != nil && !so.Overwrite {
+		if c := v1.StageOutCollision(so.URL); c != "" {
+			warnings = append(warnings, "spec.stageOut.url: "+c)
+		}
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }

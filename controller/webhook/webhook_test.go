@@ -166,6 +166,16 @@ func TestValidatePolicy(t *testing.T) {
 	if resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, shared, nil)); !resp.Allowed || len(resp.Warnings) != 1 {
 		t.Errorf("shared prefix: want one warning: %+v", resp)
 	}
+	// {index} alone: every retry of an index stages out to its prefix.
+	perIndex := rt.MakePolicy("p", "ns", "s3://b/{job}/{index}/").Obj()
+	if resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, perIndex, nil)); !resp.Allowed || len(resp.Warnings) != 1 {
+		t.Errorf("prefix per index: want one warning: %+v", resp)
+	}
+	// Overwriting on purpose is said once, in the policy: no warning.
+	perIndex.Spec.StageOut.Overwrite = true
+	if resp := h.ValidatePolicy(context.Background(), request(t, admissionv1.Create, perIndex, nil)); !resp.Allowed || len(resp.Warnings) != 0 {
+		t.Errorf("prefix per index, overwrite: want no warning: %+v", resp)
+	}
 	for _, tc := range []struct {
 		name string
 		p    *v1.DeferPolicy

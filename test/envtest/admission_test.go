@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -394,7 +395,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 	}
 	want := map[string]int{
 		"Namespace": 1, "CustomResourceDefinition": 2, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 2,
-		"Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
+		"Role": 2, "RoleBinding": 2, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
 		"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {
@@ -420,6 +421,24 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 	}
 	if c.LivenessProbe == nil || c.ReadinessProbe == nil {
 		t.Error("manager has no probes")
+	}
+	// Draining the node of a replica must not pause runs: two replicas
+	// electing a leader, spread over nodes when they can be, and a budget
+	// that lets a drain take one at a time.
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas < 2 || !slices.Contains(c.Args, "--leader-elect") {
+		t.Errorf("manager: %v replicas, args %v: want 2 or more, electing a leader", dep.Spec.Replicas, c.Args)
+	}
+	if a := ps.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != corev1.LabelHostname ||
+		!cmp.Equal(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels, dep.Spec.Template.Labels) {
+		t.Errorf("manager replicas are not spread over nodes: affinity %+v", a)
+	}
+	pdb := &policyv1.PodDisruptionBudget{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kdefer-system", Name: "kdefer-controller"}, pdb); err != nil {
+		t.Fatalf("manager budget: %v", err)
+	}
+	if mu := pdb.Spec.MaxUnavailable; mu == nil || mu.IntValue() != 1 || !cmp.Equal(pdb.Spec.Selector.MatchLabels, dep.Spec.Selector.MatchLabels) {
+		t.Errorf("manager budget: maxUnavailable %v selector %+v: want 1, the Deployment's pods", mu, pdb.Spec.Selector)
 	}
 	if ps.ServiceAccountName != "kdefer-controller" || !strings.HasSuffix(kdeferSA, ":"+ps.ServiceAccountName) {
 		t.Errorf("service account %q does not match the admission policy's %q", ps.ServiceAccountName, kdeferSA)
