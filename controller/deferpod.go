@@ -33,6 +33,10 @@ type DeferPodOptions struct {
 	StageImage string
 	// ImagePullPolicy of the stage-out step (default IfNotPresent).
 	ImagePullPolicy corev1.PullPolicy
+	// PriorityClassName of defer pods whose policy names none
+	// (kdefer-controller --defer-priority-class; "": none). See
+	// DefaultDeferPriorityClass.
+	PriorityClassName string
 	// MaxDeadline caps every run's deadline, whatever its policy or Job
 	// annotation says (kdefer-controller --max-deadline; 0: no cap). The
 	// deadline bounds how long a defer pod holds its node: its disruption
@@ -112,11 +116,12 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 			VolumeMounts:             append(workMounts(run, mountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),
 			SecurityContext:          restricted(stageSecurityContext(run)),
 			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: mustQ("50m"), corev1.ResourceMemory: mustQ("64Mi")},
-				// Twice the 128 MiB peak RSS that kdefer-stage's TestPeakRSS
-				// holds it to. The file list and manifest are spilled to /tmp,
-				// so a million files fit too (issue #12); GOMEMLIMIT tells the
-				// Go collector where the wall is before the kernel does.
+				// Requests are zero (admissible says why). The limit is
+				// twice the 128 MiB peak RSS that kdefer-stage's TestPeakRSS
+				// holds it to. The file list and manifest are spilled to
+				// /tmp, so a million files fit too (issue #12); GOMEMLIMIT
+				// tells the Go collector where the wall is before the
+				// kernel does.
 				Limits: corev1.ResourceList{corev1.ResourceMemory: mustQ(stageMemoryLimit)},
 			},
 		}
@@ -194,7 +199,7 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 		volumes = append(volumes, corev1.Volume{Name: rv.Name, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: rv.ClaimName}}})
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      v1.DeferPodName(run),
 			Namespace: run.Namespace,
@@ -218,7 +223,6 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 			InitContainers:                inits,
 			Containers:                    []corev1.Container{steps[len(steps)-1].Container},
 			Volumes:                       volumes,
-			PriorityClassName:             pol.PriorityClassName,
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To(int64(30)),
@@ -238,6 +242,8 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 			},
 		},
 	}
+	admissible(pod, pol, opts)
+	return pod
 }
 
 // DeferPDBName is the name of the one PodDisruptionBudget of a namespace's

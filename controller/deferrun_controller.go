@@ -259,6 +259,9 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 			s.requeueAt(s.now.Add(2 * time.Second)) // evicted or deleted: re-created once gone
 			return endWrite, nil
 		}
+		if c, err := r.checkRefusals(ctx, s); c == decided || err != nil {
+			return endWrite, err
+		}
 		return r.startDeferPod(ctx, s, node == relocate)
 	}
 	return r.observe(ctx, s, pod)

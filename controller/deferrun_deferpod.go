@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -58,8 +60,25 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 	if relocate {
 		pod.Spec.NodeName = "" // the scheduler places it where the volume can attach
 	}
+	if run.Status.Refusals != nil {
+		pod.Spec.ActiveDeadlineSeconds = ptr.To(remainingDeadline(s, r.opts))
+	}
 	log.FromContext(ctx).Info("creating defer pod", "pod", pod.Name, "node", pod.Spec.NodeName, "trigger", run.Status.Trigger)
-	if err := r.client.Create(ctx, pod); err != nil {
+	err := r.client.Create(ctx, pod)
+	if priorityRefused(err) && run.Spec.Policy.PriorityClassName == "" && pod.Spec.PriorityClassName != "" {
+		// The manager's default class is not allowed here (GKE admits
+		// critical classes only in namespaces with a ResourceQuota for
+		// them): run without it rather than not at all, and say so. The
+		// event goes out at once: this pass writes no status after it.
+		ev := event{corev1.EventTypeWarning, v1.EventPriorityRefused, fmt.Sprintf(
+			"priority class %s refused in namespace %s (%v): the defer pod runs without it, and a node under disk pressure refuses it; create the ResourceQuota of deploy/critical-pods in the namespace (README: Defer pods under node pressure)",
+			pod.Spec.PriorityClassName, run.Namespace, err), false}
+		pod.Spec.PriorityClassName = ""
+		if err = r.client.Create(ctx, pod); err == nil {
+			r.emit(&runState{run: s.run, events: []event{ev}})
+		}
+	}
+	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return endWrite, errRequeue
 		}
@@ -102,6 +121,9 @@ func (r *RunReconciler) ensurePDB(ctx context.Context, run *v1.DeferRun) error {
 // observe reads the defer pod's status into the run and finishes the run
 // when the pod says it is over.
 func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Pod) (passEnd, error) {
+	if reason, msg, ok := Refusal(pod); ok {
+		return r.refused(ctx, s, pod, reason, msg)
+	}
 	if !podTerminal(pod) && pod.DeletionTimestamp == nil {
 		if err := r.ensurePDB(ctx, s.run); err != nil {
 			return endWrite, err
@@ -167,6 +189,15 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 		s.events = append(s.events, event{corev1.EventTypeWarning, v1.EventIncomplete, inc, false})
 	}
 	return endWrite, r.finish(ctx, s, v1.DeferRunSucceeded, v1.ReasonSucceeded, msg, pod)
+}
+
+// priorityRefused says whether a pod's creation was refused for its
+// priority class: the class does not exist, or a quota's
+// limitedResources admit it only in namespaces with a matching
+// ResourceQuota ("insufficient quota to match these scopes:
+// [{PriorityClass In [...]}]").
+func priorityRefused(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "PriorityClass")
 }
 
 func podTerminal(p *corev1.Pod) bool {

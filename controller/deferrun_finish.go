@@ -40,13 +40,19 @@ func (r *RunReconciler) finish(ctx context.Context, s *runState, typ, reason, ms
 		evType = corev1.EventTypeWarning
 	}
 	s.events = append(s.events, event{evType, reason, fmt.Sprintf("defer run of pod %s %s: %s", s.run.Spec.PodName, typ, msg), false})
-	return r.handleVolume(ctx, s)
+	if err := r.handleVolume(ctx, s); err != nil {
+		return err
+	}
+	return r.deleteEndedPod(ctx, s)
 }
 
 // afterFinish: release a retained volume when due, stop a leftover defer
 // pod, delete the run after its TTL.
 func (r *RunReconciler) afterFinish(ctx context.Context, s *runState) (passEnd, error) {
 	if err := r.handleVolume(ctx, s); err != nil {
+		return endWrite, err
+	}
+	if err := r.deleteEndedPod(ctx, s); err != nil {
 		return endWrite, err
 	}
 	if exp, ok := TTLExpiry(s.view()); ok && s.run.DeletionTimestamp == nil {

@@ -68,6 +68,9 @@ func (s *DeferPolicySpec) Default() {
 		v := true
 		s.PrePull = &v
 	}
+	if s.DeleteEndedPod == "" {
+		s.DeleteEndedPod = PodDeletionOnPressure
+	}
 	if s.NodeLostTimeout == nil {
 		s.NodeLostTimeout = &metav1.Duration{Duration: DefaultNodeLostTimeout}
 	}

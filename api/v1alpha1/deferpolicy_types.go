@@ -100,9 +100,24 @@ type DeferPolicySpec struct {
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
-	// priorityClassName of the defer pods.
+	// priorityClassName of the defer pods (default: the manager's
+	// --defer-priority-class, system-node-critical, the class the kubelet
+	// admits under disk and memory pressure). Defer pods request no CPU or
+	// memory, so a critical class never makes the kubelet evict running pods
+	// to admit them.
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// deleteEndedPod says when kdefer deletes the ended pod itself after a
+	// run that succeeded (not Incomplete) and released its work volume, so
+	// that pvc-protection lets the volume, and its disk, go at once instead
+	// of when the Job is cleaned up: OnPressure (default: after trigger
+	// Evicted, when the node wants its disk back), Always, or Never. The
+	// Job's accounting is unaffected: kdefer waits until the Job controller
+	// has counted the pod (its batch.kubernetes.io/job-tracking finalizer
+	// is gone).
+	// +optional
+	DeleteEndedPod PodDeletion `json:"deleteEndedPod,omitempty"`
 
 	// prePull pulls the defer images on the node while the main pod runs
 	// (default true), so a defer run does not wait for a pull.
@@ -241,6 +256,19 @@ const (
 	TriggerActionRun TriggerAction = "Run"
 	// TriggerActionSkip runs no defer pod for the rule's triggers.
 	TriggerActionSkip TriggerAction = "Skip"
+)
+
+// PodDeletion says when kdefer deletes a run's ended pod.
+// +kubebuilder:validation:Enum=OnPressure;Always;Never
+type PodDeletion string
+
+const (
+	// PodDeletionOnPressure deletes it after trigger Evicted.
+	PodDeletionOnPressure PodDeletion = "OnPressure"
+	// PodDeletionAlways deletes it after any trigger.
+	PodDeletionAlways PodDeletion = "Always"
+	// PodDeletionNever leaves it to the Job's cleanup.
+	PodDeletionNever PodDeletion = "Never"
 )
 
 // LockedField is a DeferPolicy field Job annotations may not override.

@@ -58,6 +58,10 @@ const (
 
 	// StagingOut False while the run waits for its node.
 	ReasonNodeNotReady = "NodeNotReady"
+	// DeferPodRefused: StagingOut False while a defer pod the node refused
+	// or evicted waits to be created again (the event of each refusal has
+	// this reason too); Failed when the run's deadline passed meanwhile.
+	ReasonDeferPodRefused = "DeferPodRefused"
 
 	// ConfigError True while the configuration is incomplete, then False
 	// with ReasonResolved.
@@ -88,6 +92,12 @@ const (
 	EventVolumeReleased = "VolumeReleased"
 	// EventIncomplete: the run succeeded without saving every file.
 	EventIncomplete = "Incomplete"
+	// EventEndedPodDeleted: the run's ended pod was deleted so that its
+	// work volume goes (progress; not repeated on the Job).
+	EventEndedPodDeleted = "EndedPodDeleted"
+	// EventPriorityRefused: the defer pod's default priority class is not
+	// allowed in the namespace; it was created without one.
+	EventPriorityRefused = "PriorityClassRefused"
 )
 
 // AnnotationRelease ("true") on a DeferRun releases its volume by hand

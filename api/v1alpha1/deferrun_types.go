@@ -170,6 +170,13 @@ type DeferRunStatus struct {
 	// +optional
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
 
+	// refusals counts the defer pods the node refused to admit (for example
+	// OutOfcpu, or Evicted under disk pressure) or evicted; each was created
+	// again after a backoff. The run fails for it only when its deadline
+	// passes first.
+	// +optional
+	Refusals *DeferPodRefusals `json:"refusals,omitempty"`
+
 	// triggeredAt is when the pod's main containers were seen ended.
 	// +optional
 	TriggeredAt *metav1.Time `json:"triggeredAt,omitempty"`
@@ -181,6 +188,31 @@ type DeferRunStatus struct {
 	// completionTime of the run (succeeded, failed or skipped).
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// DeferPodRefusals counts the defer pods of a run that their node refused
+// or evicted, with the last one's reason.
+type DeferPodRefusals struct {
+	// count of defer pods refused or evicted so far.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Count int32 `json:"count"`
+	// lastReason is how the node put the last refusal: the pod's
+	// status.reason (OutOfcpu, OutOfmemory, Evicted,
+	// UnexpectedAdmissionError, NodeAffinity, ...), or the reason of its
+	// DisruptionTarget condition.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	LastReason string `json:"lastReason"`
+	// lastMessage of the last refusal, shortened.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	LastMessage string `json:"lastMessage,omitempty"`
+	// lastTime the last refusal was seen; the next defer pod is created
+	// after a backoff from it (2 s, doubling, at most 1 min).
+	// +required
+	LastTime metav1.Time `json:"lastTime"`
 }
 
 // StepStatus is one step of a defer run.
@@ -211,6 +243,7 @@ type StepStatus struct {
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`
 // +kubebuilder:printcolumn:name="Unsaved",type=integer,JSONPath=`.status.unsaved`,priority=1
+// +kubebuilder:printcolumn:name="Refused",type=integer,JSONPath=`.status.refusals.count`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeferRun struct {
 	metav1.TypeMeta `json:",inline"`

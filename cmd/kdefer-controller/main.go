@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
+	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/internal/version"
 )
 
@@ -51,6 +52,7 @@ func run(ctx context.Context, args []string) int {
 	fs.IntVar(&burst, "kube-api-burst", app.DefaultKubeAPIBurst, "client-side burst towards the apiserver")
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
 	fs.DurationVar(&mo.DeferPod.MaxDeadline, "max-deadline", app.DefaultMaxDeadline, "cap on every defer run's deadline, whatever a DeferPolicy or Job annotation asks (0: no cap); a defer pod makes kubectl drain wait at most this long")
+	fs.StringVar(&mo.DeferPod.PriorityClassName, "defer-priority-class", controller.DefaultDeferPriorityClass, "priority class of defer pods whose DeferPolicy names none (\"\": none); a critical class is what the kubelet admits under disk pressure")
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
