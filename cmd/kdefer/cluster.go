@@ -78,7 +78,9 @@ func (f *clusterFlags) clientset() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// parseRef splits "kind/name" (kind optional: def) and normalises the kind.
+// parseRef splits "kind/name" (kind optional: def) and normalises the kind,
+// accepting the names kubectl accepts (drun is DeferRun's short name; not
+// dr, which is Istio's DestinationRule).
 func parseRef(arg, def string, allowed ...string) (string, string, error) {
 	kind, name := def, arg
 	if i := strings.Index(arg, "/"); i >= 0 {
@@ -89,7 +91,7 @@ func parseRef(arg, def string, allowed ...string) (string, string, error) {
 		kind = "job"
 	case "pods", "po":
 		kind = "pod"
-	case "deferruns", "dr", "deferrun.kdefer.io":
+	case "deferruns", "drun", "deferrun.kdefer.io", "deferruns.kdefer.io":
 		kind = "deferrun"
 	}
 	for _, a := range allowed {
