@@ -118,11 +118,25 @@ func Warnings(job *batchv1.Job) []string {
 	ann := mergedConfig(job.Annotations, job.Spec.Template.Annotations)
 	w := v1.UnknownAnnotations(job.Annotations)
 	w = append(w, v1.UnknownAnnotations(job.Spec.Template.Annotations)...)
-	if u := ann[v1.AnnotationStageOut]; u != "" && (parallelOrMany(job)) &&
-		!strings.Contains(u, "{pod}") && !strings.Contains(u, "{index}") && !strings.Contains(u, "{uid}") {
+	if u := ann[v1.AnnotationStageOut]; u != "" && (parallelOrMany(job)) && sharedPrefix(u) {
 		w = append(w, fmt.Sprintf("annotation %s: %q has no {pod}, {index} or {uid}, so every pod of this Job uploads to the same prefix and later pods overwrite earlier ones", v1.AnnotationStageOut, u))
 	}
 	return w
+}
+
+// PolicyWarnings returns advice about a DeferPolicy that admission
+// accepts: a stage-out URL every pod using the policy shares.
+func PolicyWarnings(p *v1.DeferPolicySpec) []string {
+	if so := p.StageOut; so != nil && sharedPrefix(so.URL) {
+		return []string{fmt.Sprintf("spec.stageOut.url %q has no {pod}, {index} or {uid}: pods using this policy upload to the same prefix unless their Jobs set %s", so.URL, v1.AnnotationStageOut)}
+	}
+	return nil
+}
+
+// sharedPrefix reports whether a stage-out URL template is the same for
+// every pod, so that later pods overwrite earlier ones.
+func sharedPrefix(u string) bool {
+	return !strings.Contains(u, "{pod}") && !strings.Contains(u, "{index}") && !strings.Contains(u, "{uid}")
 }
 
 func parallelOrMany(job *batchv1.Job) bool {
@@ -194,6 +208,19 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	for i, c := range spec.Containers {
 		if strings.HasPrefix(c.Name, StageInContainerName) {
 			fail(fmt.Sprintf("spec.template.spec.containers[%d].name", i), fmt.Sprintf("%q starts with %q, which kdefer reserves for its stage-in containers", c.Name, StageInContainerName), "rename the container")
+		}
+	}
+	// The apiserver refuses a container without an image too, but only
+	// after this, with a message about the rendered Job; `kdefer lint`
+	// has no apiserver and would call the Job ok.
+	for _, cs := range []struct {
+		field string
+		list  []corev1.Container
+	}{{"containers", spec.Containers}, {"initContainers", spec.InitContainers}} {
+		for i, c := range cs.list {
+			if strings.TrimSpace(c.Image) == "" {
+				fail(fmt.Sprintf("spec.template.spec.%s[%d] (%s).image", cs.field, i, c.Name), "is not set", "name the container's image, e.g. image: busybox:1.36")
+			}
 		}
 	}
 	// Credentials: no container of the user's may see the Secret.

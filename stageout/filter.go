@@ -5,6 +5,8 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // Filter selects files by include/exclude globs matched against the path
@@ -68,59 +70,9 @@ func (f *Filter) Match(rel string) bool {
 }
 
 func compileGlob(p string) (glob, error) {
-	if p == "" {
-		return glob{}, fmt.Errorf("empty glob")
-	}
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(p); {
-		switch {
-		case strings.HasPrefix(p[i:], "**/"):
-			b.WriteString("(?:.*/)?")
-			i += 3
-		case strings.HasPrefix(p[i:], "**"):
-			b.WriteString(".*")
-			i += 2
-		case p[i] == '*':
-			b.WriteString("[^/]*")
-			i++
-		case p[i] == '?':
-			b.WriteString("[^/]")
-			i++
-		case p[i] == '[':
-			j := strings.IndexByte(p[i+1:], ']')
-			if j < 0 {
-				return glob{}, fmt.Errorf("glob %q: unterminated [", p)
-			}
-			class := p[i+1 : i+1+j]
-			if class == "" {
-				return glob{}, fmt.Errorf("glob %q: empty []", p)
-			}
-			neg := false
-			if class[0] == '!' || class[0] == '^' {
-				neg, class = true, class[1:]
-			}
-			b.WriteString("[")
-			if neg {
-				b.WriteString("^/")
-			}
-			for _, r := range class {
-				if r == '\\' || r == '[' || r == ']' {
-					b.WriteString(`\`)
-				}
-				b.WriteRune(r)
-			}
-			b.WriteString("]")
-			i += j + 2
-		default:
-			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
-			i++
-		}
-	}
-	b.WriteString("$")
-	re, err := regexp.Compile(b.String())
+	re, err := stagecontract.CompileGlob(p)
 	if err != nil {
-		return glob{}, fmt.Errorf("glob %q: %w", p, err)
+		return glob{}, err
 	}
 	return glob{re: re, baseOnly: !strings.Contains(p, "/")}, nil
 }

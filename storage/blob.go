@@ -13,6 +13,8 @@ import (
 	_ "gocloud.dev/blob/gcsblob"   // gs://
 	_ "gocloud.dev/blob/memblob"   // mem://
 	"gocloud.dev/gcerrors"
+
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // blobBackend serves file://, mem://, gs:// and azblob:// through
@@ -27,6 +29,9 @@ type blobBackend struct {
 }
 
 func openBlob(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) {
+	if problem, fix := stagecontract.CheckURLQuery(loc.Scheme, loc.Query); problem != "" {
+		return nil, Permanentf(fix, "%s", problem)
+	}
 	q := url.Values{}
 	for k, v := range loc.Query {
 		q[k] = v

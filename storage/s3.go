@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -17,11 +16,9 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-)
 
-// s3Params are the URL parameters the s3:// backend accepts; any other is
-// refused with its name, so a typo cannot silently fall back to AWS.
-var s3Params = map[string]bool{"endpoint": true, "region": true, "use_path_style": true, "disable_https": true}
+	"github.com/kdefer/kdefer/stagecontract"
+)
 
 // Part sizing: objects above multipartThreshold are uploaded in parts of at
 // least minPartSize, scheduled on the shared workers so a few big files
@@ -39,48 +36,20 @@ type s3Backend struct {
 }
 
 func openS3(loc Location, opts OpenOptions) (Backend, error) {
-	for k := range loc.Query {
-		if !s3Params[k] {
-			return nil, Permanentf("remove it; s3:// accepts endpoint, region, use_path_style, disable_https",
-				"s3 URL parameter %q is unknown", k)
-		}
+	// The parameters' rule is the contract's, so admission refuses what
+	// this would refuse before a pod runs; past it the values parse.
+	if problem, fix := stagecontract.CheckURLQuery("s3", loc.Query); problem != "" {
+		return nil, Permanentf(fix, "%s", problem)
 	}
-	boolParam := func(name string) (bool, error) {
-		v := loc.Query.Get(name)
-		if v == "" {
-			return false, nil
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return false, Permanentf("use "+name+"=true or false", "s3 URL parameter %s=%q is not a boolean", name, v)
-		}
-		return b, nil
-	}
-	pathStyle, err := boolParam("use_path_style")
-	if err != nil {
-		return nil, err
-	}
-	noTLS, err := boolParam("disable_https")
-	if err != nil {
-		return nil, err
-	}
+	pathStyle, _ := strconv.ParseBool(loc.Query.Get("use_path_style"))
+	noTLS, _ := strconv.ParseBool(loc.Query.Get("disable_https"))
 	region := loc.Query.Get("region")
 	if region == "" {
 		region = os.Getenv("AWS_REGION")
 	}
 	host, secure := "s3.amazonaws.com", !noTLS
 	if ep := loc.Query.Get("endpoint"); ep != "" {
-		if !strings.Contains(ep, "://") {
-			ep = "https://" + ep
-			if noTLS {
-				ep = "http://" + strings.TrimPrefix(ep, "https://")
-			}
-		}
-		eu, err := url.Parse(ep)
-		if err != nil || eu.Host == "" || (eu.Scheme != "http" && eu.Scheme != "https") || (eu.Path != "" && eu.Path != "/") || eu.User != nil {
-			return nil, Permanentf("use endpoint=http://host:port or endpoint=https://host", "s3 URL parameter endpoint=%q is not a URL of the form scheme://host[:port]", Redact(ep))
-		}
-		host, secure = eu.Host, eu.Scheme == "https"
+		host, secure, _ = stagecontract.Endpoint(ep, noTLS)
 		if region == "" {
 			region = "us-east-1" // S3-compatible servers (MinIO, Ceph) default to it
 		}

@@ -3,7 +3,6 @@ package v1alpha1
 import (
 	"fmt"
 	"net/url"
-	"path"
 	"slices"
 	"strings"
 
@@ -96,6 +95,10 @@ func CheckStageURL(v string, stageIn bool) string {
 	if u.User != nil {
 		return fmt.Sprintf("%q holds credentials in the URL; put them in the Secret named by %s", redactUser(v), AnnotationCredentials)
 	}
+	if problem, fix := stagecontract.CheckURLQuery(scheme, u.Query()); problem != "" {
+		base, _, _ := strings.Cut(v, "?") // the query may hold an endpoint's secrets
+		return fmt.Sprintf("%q: %s (%s)", base+"?...", problem, fix)
+	}
 	return ""
 }
 
@@ -137,7 +140,8 @@ func CheckGlob(g string) string {
 	if strings.HasPrefix(g, "/") {
 		return fmt.Sprintf("glob %q is absolute; globs are relative to the stage-out path", g)
 	}
-	if _, err := path.Match(strings.ReplaceAll(g, "**", "*"), ""); err != nil {
+	// The stage step's own compiler: a glob admission accepts, it accepts.
+	if _, err := stagecontract.CompileGlob(g); err != nil {
 		return fmt.Sprintf("glob %q is malformed: %v", g, err)
 	}
 	return ""

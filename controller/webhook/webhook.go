@@ -300,11 +300,7 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 		}
 		return admission.Denied(fmt.Sprintf("DeferPolicy %s is invalid:\n- %s", p.Name, strings.Join(msgs, "\n- ")))
 	}
-	var warnings []string
-	if so := p.Spec.StageOut; so != nil && !strings.Contains(so.URL, "{pod}") && !strings.Contains(so.URL, "{index}") && !strings.Contains(so.URL, "{uid}") {
-		warnings = append(warnings, fmt.Sprintf("spec.stageOut.url %q has no {pod}, {index} or {uid}: pods using this policy upload to the same prefix unless their Jobs set %s", so.URL, v1.AnnotationStageOut))
-	}
-	return admission.Allowed("").WithWarnings(warnings...)
+	return admission.Allowed("").WithWarnings(render.PolicyWarnings(&p.Spec)...)
 }
 
 func jobName(req admission.Request) string {
