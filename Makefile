@@ -25,7 +25,7 @@ export KDEFER_ETCD_DIR = $(shell $(TOOLS) path etcd)
 export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
+.PHONY: all help build kubectl-kdefer test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
 
 all: build
 
@@ -36,6 +36,12 @@ help:
 build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/ ./cmd/...
+	cp $(BIN)/kdefer $(BIN)/kubectl-kdefer
+
+## kubectl-kdefer: the kdefer CLI as a kubectl plugin (the same binary under
+## kubectl's plugin name); put bin/ on PATH and run `kubectl kdefer ...`.
+kubectl-kdefer:
+	$(GO) build -o $(BIN)/kubectl-kdefer ./cmd/kdefer
 
 ## tools: build (once, cached by version in ~/.cache/kdefer/tools) what the tests need.
 tools:

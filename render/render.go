@@ -129,6 +129,18 @@ func Warnings(job *batchv1.Job) []string {
 	return w
 }
 
+// PolicyWarnings returns advice about a DeferPolicy that admission
+// accepts (the webhook and `kdefer lint` print the same): a stage-out URL
+// every attempt of a pod shares, unless the policy overwrites on purpose.
+func PolicyWarnings(p *v1.DeferPolicySpec) []string {
+	if so := p.StageOut; so != nil && !so.Overwrite {
+		if c := v1.StageOutCollision(so.URL); c != "" {
+			return []string{"spec.stageOut.url: " + c}
+		}
+	}
+	return nil
+}
+
 // Problems flattens an error from render (or EffectivePolicy) into one
 // message per problem.
 func Problems(err error) []string {
@@ -196,6 +208,19 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 		}
 		if strings.HasPrefix(c.Name, StageInContainerName) {
 			fail(fmt.Sprintf("spec.template.spec.containers[%d].name", i), fmt.Sprintf("%q starts with %q, which kdefer reserves for its stage-in containers", c.Name, StageInContainerName), "rename the container")
+		}
+	}
+	// The apiserver refuses a container without an image too, but only
+	// after this, with a message about the rendered Job; `kdefer lint`
+	// has no apiserver and would call the Job ok.
+	for _, cs := range []struct {
+		field string
+		list  []corev1.Container
+	}{{"containers", spec.Containers}, {"initContainers", spec.InitContainers}} {
+		for i, c := range cs.list {
+			if strings.TrimSpace(c.Image) == "" {
+				fail(fmt.Sprintf("spec.template.spec.%s[%d] (%s).image", cs.field, i, c.Name), "is not set", "name the container's image, e.g. image: busybox:1.36")
+			}
 		}
 	}
 	// Credentials: no container of the user's may see the Secret.

@@ -330,7 +330,7 @@ type DeferPolicyStatus struct {
 // pod's main containers end.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=dp,categories=kdefer
+// +kubebuilder:resource:shortName=dpol,categories=kdefer
 // +kubebuilder:printcolumn:name="Stage-Out",type=string,JSONPath=`.spec.stageOut.url`
 // +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.spec.deadline`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -235,7 +235,7 @@ type StepStatus struct {
 // and co-owns the pod's work volume until the run has handled it.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=dr,categories=kdefer
+// +kubebuilder:resource:shortName=drun,categories=kdefer
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.spec.jobName`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`

@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -98,15 +97,9 @@ func CheckStageURL(v string, stageIn bool) string {
 	if u.User != nil {
 		return fmt.Sprintf("%q holds credentials in the URL; put them in the Secret named by %s", redactUser(v), AnnotationCredentials)
 	}
-	if scheme == "s3" {
-		// kdefer-stage's own rule: a URL admitted here is one it accepts.
-		if _, err := stagecontract.ParseS3Query(u.Query()); err != nil {
-			var pe *stagecontract.ParamError
-			if errors.As(err, &pe) {
-				return pe.Error() + "; fix: " + pe.Fix
-			}
-			return err.Error()
-		}
+	if problem, fix := stagecontract.CheckURLQuery(scheme, u.Query()); problem != "" {
+		base, _, _ := strings.Cut(v, "?") // the query may hold an endpoint's secrets
+		return fmt.Sprintf("%q: %s (%s)", base+"?...", problem, fix)
 	}
 	return ""
 }

@@ -5,39 +5,32 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kdefer/kdefer/api/scheme"
 )
 
 // clusterFlags are the flags of the commands that talk to a cluster
-// (status, wait, skip, release, logs).
+// (status, wait, skip, release, logs, version): kubectl's own
+// (--kubeconfig --context -n --as --as-group --server --token ...), from
+// cli-runtime, so that `kubectl kdefer` reads the cluster as kubectl does.
 type clusterFlags struct {
-	kubeconfig, kubecontext, namespace string
+	config *genericclioptions.ConfigFlags
 
 	// newClient is replaced by tests.
 	newClient func() (client.Client, error)
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")
-	cmd.Flags().StringVar(&f.kubecontext, "context", "", "kubeconfig context")
-	cmd.Flags().StringVarP(&f.namespace, "namespace", "n", "", "namespace (default: the context's)")
-}
-
-func (f *clusterFlags) loader() clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if f.kubeconfig != "" {
-		rules.ExplicitPath = f.kubeconfig
-	}
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.kubecontext})
+	f.config = genericclioptions.NewConfigFlags(true)
+	f.config.AddFlags(cmd.Flags())
 }
 
 func (f *clusterFlags) restConfig() (*rest.Config, error) {
-	cfg, err := f.loader().ClientConfig()
+	cfg, err := f.config.ToRESTConfig()
 	if err != nil {
 		return nil, &exitError{code: 2, msg: fmt.Sprintf("loading kubeconfig: %v", err)}
 	}
@@ -45,10 +38,7 @@ func (f *clusterFlags) restConfig() (*rest.Config, error) {
 }
 
 func (f *clusterFlags) ns() (string, error) {
-	if f.namespace != "" {
-		return f.namespace, nil
-	}
-	ns, _, err := f.loader().Namespace()
+	ns, _, err := f.config.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return "", &exitError{code: 2, msg: fmt.Sprintf("namespace: %v", err)}
 	}
@@ -78,7 +68,9 @@ func (f *clusterFlags) clientset() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// parseRef splits "kind/name" (kind optional: def) and normalises the kind.
+// parseRef splits "kind/name" (kind optional: def) and normalises the kind,
+// accepting the names kubectl accepts (drun is DeferRun's short name; not
+// dr, which is Istio's DestinationRule).
 func parseRef(arg, def string, allowed ...string) (string, string, error) {
 	kind, name := def, arg
 	if i := strings.Index(arg, "/"); i >= 0 {
@@ -89,7 +81,7 @@ func parseRef(arg, def string, allowed ...string) (string, string, error) {
 		kind = "job"
 	case "pods", "po":
 		kind = "pod"
-	case "deferruns", "dr", "deferrun.kdefer.io":
+	case "deferruns", "drun", "deferrun.kdefer.io", "deferruns.kdefer.io":
 		kind = "deferrun"
 	}
 	for _, a := range allowed {

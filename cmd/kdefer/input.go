@@ -10,11 +10,32 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/resource"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// inputFlags are the input flags of render and lint, kubectl's: -f FILE|DIR|-
+// (repeatable), -R, --validate.
+type inputFlags struct {
+	resource.FilenameOptions
+	validate string
+}
+
+func (f *inputFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringSliceVarP(&f.Filenames, "filename", "f", nil, "file or directory with Jobs (and the DeferPolicies they name); - for stdin; repeatable")
+	cmd.Flags().BoolVarP(&f.Recursive, "recursive", "R", false, "process the directories named by -f recursively")
+	cmd.Flags().StringVar(&f.validate, "validate", validateStrict, `unknown and duplicate fields of Jobs, CronJobs and DeferPolicies: "strict" errors, "warn" warnings, "ignore"`)
+}
+
+const (
+	validateStrict = "strict"
+	validateWarn   = "warn"
+	validateIgnore = "ignore"
 )
 
 // document is one object of the input.
@@ -26,10 +47,18 @@ type document struct {
 	apiVer string
 	name   string
 	ns     string
+	// lines finds a field's line in the file (decode.go).
+	lines lineIndex
+	// problems and warnings found while decoding (decode.go).
+	problems, warnings []string
+	// The decoded object of a Job, CronJob or DeferPolicy document (nil
+	// when it could not be decoded: problems say why).
+	jobObj  *batchv1.Job
+	cronObj *batchv1.CronJob
+	policy  *v1.DeferPolicy
 }
 
-func (d *document) isJob() bool { return d.kind == "Job" && d.apiVer == "batch/v1" }
-
+func (d *document) isJob() bool     { return d.kind == "Job" && d.apiVer == "batch/v1" }
 func (d *document) isCronJob() bool { return d.kind == "CronJob" && d.apiVer == "batch/v1" }
 func (d *document) isPolicy() bool {
 	return d.kind == "DeferPolicy" && d.apiVer == v1.GroupVersion.String()
@@ -43,53 +72,67 @@ func (d *document) String() string {
 	return fmt.Sprintf("%s: %s %s", d.source, d.kind, n)
 }
 
-// readInput reads the documents of render's and lint's -f files and the
-// DeferPolicies among them; a bad input is a usage error (exit 2).
-func readInput(files []string, stdin io.Reader) ([]*document, policies, error) {
-	docs, err := readDocuments(files, stdin)
+// readInput reads the documents of render's and lint's -f files and decodes
+// their Jobs, CronJobs and DeferPolicies. A file that cannot be read is a
+// usage error (exit 2); a document that cannot be decoded carries its
+// problems, so that every one is reported, not the first.
+func readInput(f *inputFlags, stdin io.Reader) ([]*document, policies, error) {
+	switch f.validate {
+	case validateStrict, validateWarn, validateIgnore:
+	default:
+		return nil, nil, &exitError{code: 2, msg: fmt.Sprintf("--validate=%q: want strict, warn or ignore", f.validate)}
+	}
+	docs, err := readDocuments(&f.FilenameOptions, stdin)
 	if err != nil {
 		return nil, nil, &exitError{code: 2, msg: err.Error()}
 	}
-	ps, err := collectPolicies(docs)
-	if err != nil {
-		return nil, nil, &exitError{code: 2, msg: err.Error()}
+	var ps policies
+	for _, d := range docs {
+		d.decode(f.validate)
+		if d.policy != nil {
+			ps = append(ps, d.policy)
+		}
 	}
 	return docs, ps, nil
 }
 
-// readDocuments reads every document of every file ("-" is stdin),
-// expanding v1 Lists.
-func readDocuments(files []string, stdin io.Reader) ([]*document, error) {
-	if len(files) == 0 {
-		return nil, errors.New("no input: pass -f FILE (or -f - for stdin)")
+// readDocuments reads every document of every file ("-" is stdin; a
+// directory holds the .json, .yaml and .yml files in it, and with -R in its
+// subdirectories, as kubectl reads them), expanding v1 Lists.
+func readDocuments(o *resource.FilenameOptions, stdin io.Reader) ([]*document, error) {
+	if len(o.Filenames) == 0 {
+		return nil, errors.New("no input: pass -f FILE, -f DIR (-R for subdirectories) or -f - for stdin")
 	}
 	var docs []*document
-	for _, f := range files {
-		var r io.Reader
-		name := f
+	for _, f := range o.Filenames {
 		if f == "-" {
-			r, name = stdin, "<stdin>"
-		} else {
-			fh, err := os.Open(f)
+			b, err := io.ReadAll(stdin)
+			if err != nil {
+				return nil, fmt.Errorf("reading stdin: %w", err)
+			}
+			ds, err := splitDocuments("<stdin>", b)
 			if err != nil {
 				return nil, err
 			}
-			defer fh.Close()
-			r = fh
+			docs = append(docs, ds...)
+			continue
 		}
-		yr := utilyaml.NewYAMLReader(bufio.NewReader(r))
-		for i := 1; ; i++ {
-			raw, err := yr.Read()
-			if err == io.EOF {
-				break
-			}
+		// cli-runtime's own expansion, so -f DIR and -R mean what they
+		// mean to kubectl apply.
+		visitors, err := resource.ExpandPathsToFileVisitors(nil, f, o.Recursive, resource.FileExtensions, nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(visitors) == 0 {
+			return nil, fmt.Errorf("%s: no .json, .yaml or .yml files", f)
+		}
+		for _, v := range visitors {
+			path := v.(*resource.FileVisitor).Path
+			b, err := os.ReadFile(path)
 			if err != nil {
-				return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
+				return nil, err
 			}
-			if len(bytes.TrimSpace(stripComments(raw))) == 0 {
-				continue
-			}
-			ds, err := parseDocument(fmt.Sprintf("%s#%d", name, i), raw)
+			ds, err := splitDocuments(path, b)
 			if err != nil {
 				return nil, err
 			}
@@ -99,7 +142,42 @@ func readDocuments(files []string, stdin io.Reader) ([]*document, error) {
 	return docs, nil
 }
 
-func parseDocument(source string, raw []byte) ([]*document, error) {
+// splitDocuments splits one file into its documents, each knowing the line
+// it starts on.
+func splitDocuments(name string, content []byte) ([]*document, error) {
+	var docs []*document
+	yr := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(content)))
+	pos := 0
+	for i := 1; ; i++ {
+		raw, err := yr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
+		}
+		// The reader returns each document's lines as written: find them
+		// in the file for the line numbers of messages.
+		first := 1
+		if at := bytes.Index(content[pos:], raw); at >= 0 {
+			first += bytes.Count(content[:pos+at], []byte("\n"))
+			pos += at + len(raw)
+		}
+		if len(bytes.TrimSpace(stripComments(raw))) == 0 {
+			continue
+		}
+		ds, err := parseDocument(fmt.Sprintf("%s#%d", name, i), raw, newLineIndex(raw, first))
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, ds...)
+	}
+	return docs, nil
+}
+
+// parseDocument reads a document's head (kind, name); a List becomes its
+// items.
+func parseDocument(source string, raw []byte, lines lineIndex) ([]*document, error) {
 	js, err := yaml.YAMLToJSON(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
@@ -118,7 +196,7 @@ func parseDocument(source string, raw []byte) ([]*document, error) {
 	if head.Kind == "List" || strings.HasSuffix(head.Kind, "List") && head.Items != nil {
 		var out []*document
 		for i, it := range head.Items {
-			ds, err := parseDocument(fmt.Sprintf("%s.items[%d]", source, i), it)
+			ds, err := parseDocument(fmt.Sprintf("%s.items[%d]", source, i), it, lines.under(fmt.Sprintf("items[%d]", i)))
 			if err != nil {
 				return nil, err
 			}
@@ -127,7 +205,7 @@ func parseDocument(source string, raw []byte) ([]*document, error) {
 		return out, nil
 	}
 	return []*document{{source: source, raw: raw, json: js, kind: head.Kind, apiVer: head.APIVersion,
-		name: head.Metadata.Name, ns: head.Metadata.Namespace}}, nil
+		name: head.Metadata.Name, ns: head.Metadata.Namespace, lines: lines}}, nil
 }
 
 func stripComments(b []byte) []byte {
@@ -141,50 +219,20 @@ func stripComments(b []byte) []byte {
 }
 
 // job returns the Job of a Job document, or the Job a CronJob document's
-// jobTemplate stands for (named and namespaced as the CronJob).
-func (d *document) job() (*batchv1.Job, error) {
-	if d.isCronJob() {
-		cj, err := d.cronJob()
-		if err != nil {
-			return nil, err
-		}
-		t := cj.Spec.JobTemplate
+// jobTemplate stands for (named and namespaced as the CronJob); nil when the
+// document could not be decoded.
+func (d *document) job() *batchv1.Job {
+	if d.cronObj != nil {
+		t := d.cronObj.Spec.JobTemplate
 		j := &batchv1.Job{ObjectMeta: *t.ObjectMeta.DeepCopy(), Spec: *t.Spec.DeepCopy()}
-		j.Name, j.Namespace = cj.Name, cj.Namespace
-		return j, nil
+		j.Name, j.Namespace = d.cronObj.Name, d.cronObj.Namespace
+		return j
 	}
-	var j batchv1.Job
-	if err := json.Unmarshal(d.json, &j); err != nil {
-		return nil, fmt.Errorf("%s: %w", d, err)
-	}
-	return &j, nil
-}
-
-func (d *document) cronJob() (*batchv1.CronJob, error) {
-	var cj batchv1.CronJob
-	if err := json.Unmarshal(d.json, &cj); err != nil {
-		return nil, fmt.Errorf("%s: %w", d, err)
-	}
-	return &cj, nil
+	return d.jobObj
 }
 
 // policies indexes the DeferPolicies of the input.
 type policies []*v1.DeferPolicy
-
-func collectPolicies(docs []*document) (policies, error) {
-	var ps policies
-	for _, d := range docs {
-		if !d.isPolicy() {
-			continue
-		}
-		var p v1.DeferPolicy
-		if err := json.Unmarshal(d.json, &p); err != nil {
-			return nil, fmt.Errorf("%s: %w", d, err)
-		}
-		ps = append(ps, &p)
-	}
-	return ps, nil
-}
 
 // lookup finds the policy a Job names; a policy or Job without a namespace
 // matches any namespace.

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -14,11 +15,14 @@ import (
 func init() {
 	var f renderFlags
 	cmd := &cobra.Command{
-		Use:   "lint -f job.yaml",
+		Use:   "lint -f FILE|DIR|- [-R]",
 		Short: "Explain every problem kdefer finds in Jobs and DeferPolicies",
-		Long: `Check every Job and DeferPolicy of the input as kdefer's webhooks would and
-explain every problem at once, each with its fix. Exits 1 when there are
-problems, 0 when there are none (warnings alone do not fail).`,
+		Long: `Check every Job, CronJob and DeferPolicy of the input as kdefer's webhooks,
+the apiserver's strict decoding and kdefer's stage steps would, and explain
+every problem at once, each with its fix. Exits 1 when there are problems,
+0 when there are none (warnings alone do not fail).
+
+  kdefer lint -f examples/ -R`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLint(cmd.InOrStdin(), cmd.OutOrStdout(), &f)
@@ -29,48 +33,30 @@ problems, 0 when there are none (warnings alone do not fail).`,
 }
 
 func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
-	docs, ps, err := readInput(f.files, stdin)
+	docs, ps, err := readInput(&f.inputFlags, stdin)
 	if err != nil {
 		return err
 	}
 	total := 0
 	for _, d := range docs {
-		var problems, warnings []string
+		problems := append([]string{}, d.problems...)
+		warnings := append([]string{}, d.warnings...)
 		switch {
 		case d.isPolicy():
-			p := ps.lookup(d.name, d.ns)
-			errs := v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec"))
-			if !f.allowFileURLs {
-				errs = append(errs, v1.ValidateFileURLs(&p.Spec, field.NewPath("spec"))...)
-			}
-			for _, e := range errs {
-				problems = append(problems, e.Error())
+			if d.policy != nil {
+				problems = append(problems, policyProblems(&d.policy.Spec, f)...)
+				warnings = append(warnings, render.PolicyWarnings(&d.policy.Spec)...)
 			}
 		case d.isJob() || d.isCronJob():
-			j, err := d.job()
-			if err != nil {
-				problems = append(problems, err.Error())
-				break
-			}
-			if !wantsKdefer(j) {
-				continue
-			}
-			if j.Labels[v1.LabelEnabled] != "true" {
-				warnings = append(warnings, fmt.Sprintf("the Job has kdefer.io annotations but not the label %s: \"true\", so kdefer's webhook ignores it; add the label, or render it with kdefer render", v1.LabelEnabled))
-			}
-			warnings = append(warnings, render.Warnings(j)...)
-			pol, err := policyFor(ps, j)
-			if err != nil {
-				problems = append(problems, err.Error())
-				// Check the rest with the annotations alone.
-				if _, err := v1.ParseAnnotations(j.Annotations); err != nil {
-					problems = append(problems, render.Problems(err)...)
+			j := d.job()
+			if j == nil || !wantsKdefer(j) {
+				if len(problems)+len(warnings) == 0 {
+					continue
 				}
 				break
 			}
-			if _, err := render.Job(j, pol, f.options()); err != nil {
-				problems = append(problems, render.Problems(err)...)
-			}
+			p, w := jobProblems(j, ps, f)
+			problems, warnings = append(problems, p...), append(warnings, w...)
 		default:
 			continue
 		}
@@ -91,4 +77,39 @@ func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d problem(s) found", total)}
 	}
 	return nil
+}
+
+// policyProblems are what the DeferPolicy webhook refuses.
+func policyProblems(s *v1.DeferPolicySpec, f *renderFlags) []string {
+	errs := v1.ValidateDeferPolicySpec(s, field.NewPath("spec"))
+	if !f.allowFileURLs {
+		errs = append(errs, v1.ValidateFileURLs(s, field.NewPath("spec"))...)
+	}
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = e.Error()
+	}
+	return out
+}
+
+// jobProblems are what the Job webhook refuses of an opted-in Job, and its
+// warnings.
+func jobProblems(j *batchv1.Job, ps policies, f *renderFlags) (problems, warnings []string) {
+	if j.Labels[v1.LabelEnabled] != "true" {
+		warnings = append(warnings, fmt.Sprintf("the Job has kdefer.io annotations but not the label %s: \"true\", so kdefer's webhook ignores it; add the label, or render it with kdefer render", v1.LabelEnabled))
+	}
+	warnings = append(warnings, render.Warnings(j)...)
+	pol, err := policyFor(ps, j)
+	if err != nil {
+		problems = append(problems, err.Error())
+		// Check the rest with the annotations alone.
+		if _, err := v1.ParseAnnotations(j.Annotations); err != nil {
+			problems = append(problems, render.Problems(err)...)
+		}
+		return problems, warnings
+	}
+	if _, err := render.Job(j, pol, f.options()); err != nil {
+		problems = append(problems, render.Problems(err)...)
+	}
+	return problems, warnings
 }

@@ -14,9 +14,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
+	// Installed as kubectl-kdefer (make kubectl-kdefer, or krew), kubectl
+	// runs it for `kubectl kdefer`: help and usage say so.
+	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-") {
+		rootCmd.Use = "kubectl kdefer"
+		rootCmd.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kdefer"}
+	}
 	if err := rootCmd.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/cli-runtime/pkg/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kdefer/kdefer/render"
@@ -99,19 +100,18 @@ func runWithStdin(t *testing.T, stdin string, args ...string) (string, string, i
 
 func readJob(t *testing.T, file string) *batchv1.Job {
 	t.Helper()
-	docs, err := readDocuments([]string{file}, nil)
+	docs, _, err := readInput(&inputFlags{FilenameOptions: resource.FilenameOptions{Filenames: []string{file}}, validate: validateStrict}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := docs[0].job()
-	if err != nil {
-		t.Fatal(err)
+	if docs[0].problems != nil {
+		t.Fatal(docs[0].problems)
 	}
-	return j
+	return docs[0].job()
 }
 
 func TestRenderWithPolicyKeepsUnknownFields(t *testing.T) {
-	out, stderr, code := run(t, "render", "-f", "testdata/policy-job.yaml")
+	out, stderr, code := run(t, "render", "--validate=warn", "-f", "testdata/policy-job.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -119,6 +119,14 @@ func TestRenderWithPolicyKeepsUnknownFields(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if want := `Warning: testdata/policy-job.yaml#2: Job physics/uses-policy: line 19: unknown field "spec.template.spec.futureField"`; !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+	// Strict (the default) refuses the field, naming its line.
+	_, stderr, code = run(t, "render", "-f", "testdata/policy-job.yaml")
+	if code != 1 || !strings.Contains(stderr, `line 19: unknown field "spec.template.spec.futureField"`) {
+		t.Errorf("strict render: exit %d, stderr:\n%s", code, stderr)
 	}
 }
 
@@ -142,7 +150,8 @@ func TestLint(t *testing.T) {
   warning: annotation kdefer.io/tigers is not a kdefer annotation and is ignored; did you mean kdefer.io/triggers?
 testdata/job.yaml#1: Job physics/sim: ok
 testdata/policy-job.yaml#1: DeferPolicy physics/team: ok
-testdata/policy-job.yaml#2: Job physics/uses-policy: ok
+testdata/policy-job.yaml#2: Job physics/uses-policy: 1 problem(s), 0 warning(s)
+  error: line 19: unknown field "spec.template.spec.futureField"; fix: correct or remove it (--validate=warn accepts fields of a newer API version)
 `
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("lint output (-want +got):\n%s", diff)

@@ -18,14 +18,14 @@ import (
 )
 
 type renderFlags struct {
-	files         []string
+	inputFlags
 	stageImage    string
 	pullPolicy    string
 	allowFileURLs bool
 }
 
 func (f *renderFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringSliceVarP(&f.files, "filename", "f", nil, "file with Jobs (and the DeferPolicies they name); - for stdin; repeatable")
+	f.inputFlags.add(cmd)
 	cmd.Flags().StringVar(&f.stageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-in containers")
 	cmd.Flags().StringVar(&f.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the stage-in containers")
 	cmd.Flags().BoolVar(&f.allowFileURLs, "allow-file-urls", false, "accept file:// stage URLs, as kdefer-controller --allow-file-urls does")
@@ -38,27 +38,28 @@ func (f *renderFlags) options() render.Options {
 func init() {
 	var f renderFlags
 	cmd := &cobra.Command{
-		Use:   "render -f job.yaml",
+		Use:   "render -f FILE|DIR|- [-R]",
 		Short: "Render Jobs for kdefer offline and write them to stdout",
 		Long: `Render every batch/v1 Job (and CronJob jobTemplate) of the input that opts in
 to kdefer (label kdefer.io/enabled=true or any kdefer.io annotation) as
 kdefer's webhook would, and write all documents to stdout; other documents
 pass through unchanged.
-A Job that names a DeferPolicy needs that policy in the input.
+A Job that names a DeferPolicy needs that policy in the input. Warnings
+(the webhook's, and unknown fields with --validate=warn) go to stderr.
 
   kdefer render -f job.yaml | kubectl apply -f -
   kdefer render -f policy.yaml -f job.yaml | kubectl apply -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runRender(cmd.InOrStdin(), cmd.OutOrStdout(), &f)
+			return runRender(cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		},
 	}
 	f.add(cmd)
 	rootCmd.AddCommand(cmd)
 }
 
-func runRender(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
-	docs, ps, err := readInput(f.files, stdin)
+func runRender(stdin io.Reader, stdout, stderr io.Writer, f *renderFlags) error {
+	docs, ps, err := readInput(&f.inputFlags, stdin)
 	if err != nil {
 		return err
 	}
@@ -68,12 +69,21 @@ func runRender(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 		if i > 0 {
 			out.WriteString("---\n")
 		}
-		if !d.isJob() && !d.isCronJob() {
+		for _, p := range d.problems {
+			problems = append(problems, fmt.Sprintf("%s: %s", d, p))
+		}
+		for _, w := range d.warnings {
+			fmt.Fprintf(stderr, "Warning: %s: %s\n", d, w)
+		}
+		if !d.isJob() && !d.isCronJob() || len(d.problems) > 0 {
 			out.Write(bytes.TrimRight(d.raw, "\n"))
 			out.WriteString("\n")
 			continue
 		}
-		y, perr := renderDocument(d, ps, f.options())
+		y, warnings, perr := renderDocument(d, ps, f.options())
+		for _, w := range warnings {
+			fmt.Fprintf(stderr, "Warning: %s: %s\n", d, w)
+		}
 		if perr != nil {
 			for _, p := range render.Problems(perr) {
 				problems = append(problems, fmt.Sprintf("%s: %s", d, p))
@@ -93,33 +103,34 @@ func runRender(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 // document with render's changes merged in (a strategic merge patch), so
 // fields render does not touch keep exactly what the user wrote, including
 // fields this version of the Job type does not know.
-func renderDocument(d *document, ps policies, opts render.Options) ([]byte, error) {
-	j, err := d.job()
-	if err != nil {
-		return nil, err
-	}
+func renderDocument(d *document, ps policies, opts render.Options) ([]byte, []string, error) {
+	j := d.job()
 	if !wantsKdefer(j) {
-		return append(bytes.TrimRight(d.raw, "\n"), '\n'), nil
+		return append(bytes.TrimRight(d.raw, "\n"), '\n'), nil, nil
 	}
+	warnings := render.Warnings(j)
 	pol, err := policyFor(ps, j)
 	if err != nil {
-		return nil, err
+		return nil, warnings, err
 	}
 	r, err := render.Job(j, pol, opts)
 	if err != nil {
-		return nil, err
+		return nil, warnings, err
 	}
 	var before, after any = j, r
 	var schema any = batchv1.Job{}
-	if d.isCronJob() {
-		cj, err := d.cronJob()
-		if err != nil {
-			return nil, err
-		}
-		rendered := cj.DeepCopy()
+	if d.cronObj != nil {
+		rendered := d.cronObj.DeepCopy()
 		rendered.Spec.JobTemplate.Spec = r.Spec
-		before, after, schema = cj, rendered, batchv1.CronJob{}
+		before, after, schema = d.cronObj, rendered, batchv1.CronJob{}
 	}
+	y, err := mergeInto(d.json, before, after, schema)
+	return y, warnings, err
+}
+
+// mergeInto applies the change from before to after to the document as
+// written (a strategic merge patch) and returns it as YAML.
+func mergeInto(doc []byte, before, after, schema any) ([]byte, error) {
 	beforeJSON, err := json.Marshal(before)
 	if err != nil {
 		return nil, err
@@ -132,7 +143,7 @@ func renderDocument(d *document, ps policies, opts render.Options) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	merged, err := strategicpatch.StrategicMergePatch(d.json, patch, schema)
+	merged, err := strategicpatch.StrategicMergePatch(doc, patch, schema)
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/kdefer/kdefer/internal/version"
 )
 
 // rootCmd is the kdefer command. Subcommands add themselves with
@@ -13,7 +11,7 @@ var rootCmd = &cobra.Command{
 	Short: "Run work after a Kubernetes Job's pods end, whatever ended them",
 	Long: `kdefer renders Jobs for kdefer (offline, for clusters without its webhook),
 checks them, and inspects and steers the defer runs of managed pods.`,
-	Version:       version.Version,
+	Version:       clientVersion(),
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }

@@ -21,6 +21,7 @@ import (
 )
 
 func init() {
+	var statusOut, waitOut outputFlags
 	status := objectCommand(&cobra.Command{
 		Use:   "status job/NAME | pod/NAME | deferrun/NAME",
 		Short: "Show the defer runs of a Job, a pod or one run",
@@ -29,9 +30,9 @@ func init() {
 		if err != nil {
 			return err
 		}
-		printRuns(cmd.OutOrStdout(), runs, job)
-		return nil
+		return statusOut.printRuns(cmd.OutOrStdout(), runs, job)
 	})
+	statusOut.add(status)
 
 	var timeout time.Duration
 	wait := objectCommand(&cobra.Command{
@@ -41,8 +42,9 @@ func init() {
 (Succeeded, Failed or Skipped), then print them. Exit codes: 0 none failed,
 1 some failed, 2 usage or API errors, 3 timed out.`,
 	}, "job", []string{"job", "pod", "deferrun"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
-		return waitRuns(ctx, cmd.OutOrStdout(), t.c, t.ns, t.kind, t.name, timeout, time.Second)
+		return waitRuns(ctx, cmd.OutOrStdout(), &waitOut, t.c, t.ns, t.kind, t.name, timeout, time.Second)
 	})
+	waitOut.add(wait)
 	wait.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up after this long (exit 3)")
 
 	skip := objectCommand(&cobra.Command{
@@ -163,7 +165,7 @@ func findRuns(ctx context.Context, c client.Client, ns, kind, name string) ([]v1
 	}
 }
 
-func printRuns(w io.Writer, runs []v1.DeferRun, job *batchv1.Job) {
+func printRuns(w io.Writer, runs []v1.DeferRun, job *batchv1.Job, wide bool) {
 	if job != nil {
 		s := job.Annotations[v1.AnnotationSummary]
 		if s == "" {
@@ -172,7 +174,11 @@ func printRuns(w io.Writer, runs []v1.DeferRun, job *batchv1.Job) {
 		fmt.Fprintf(w, "Job %s/%s: %s\n", job.Namespace, job.Name, s)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tNODE\tTRIGGER\tSTATE\tOBJECTS\tBYTES\tVOLUME\tMESSAGE")
+	head := "RUN\tNODE\tTRIGGER\tSTATE\tOBJECTS\tBYTES\tVOLUME\tMESSAGE"
+	if wide {
+		head = "RUN\tJOB\tPOD\tNODE\tTRIGGER\tSTATE\tOBJECTS\tBYTES\tUNSAVED\tVOLUME\tMESSAGE"
+	}
+	fmt.Fprintln(tw, head)
 	for i := range runs {
 		r := &runs[i]
 		state := r.Status.State
@@ -182,6 +188,11 @@ func printRuns(w io.Writer, runs []v1.DeferRun, job *batchv1.Job) {
 		vol := "kept"
 		if meta.IsStatusConditionTrue(r.Status.Conditions, v1.DeferRunVolumeReleased) {
 			vol = "released"
+		}
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Name, dash(r.Spec.JobName), r.Spec.PodName, dash(r.Status.NodeName), dash(string(r.Status.Trigger)), state,
+				r.Status.Objects, r.Status.Bytes, r.Status.Unsaved, vol, message(r))
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, dash(r.Status.NodeName), dash(string(r.Status.Trigger)), state,
 			r.Status.Objects, r.Status.Bytes, vol, message(r))
@@ -215,7 +226,7 @@ func dash(s string) string {
 }
 
 // waitRuns polls until the runs are final (and a Job has finished).
-func waitRuns(ctx context.Context, w io.Writer, c client.Client, ns, kind, name string, timeout, every time.Duration) error {
+func waitRuns(ctx context.Context, w io.Writer, out *outputFlags, c client.Client, ns, kind, name string, timeout, every time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		runs, job, err := findRuns(ctx, c, ns, kind, name)
@@ -236,14 +247,16 @@ func waitRuns(ctx context.Context, w io.Writer, c client.Client, ns, kind, name 
 			done = false
 		}
 		if done {
-			printRuns(w, runs, job)
+			if err := out.printRuns(w, runs, job); err != nil {
+				return err
+			}
 			if failed > 0 {
 				return &exitError{code: 1, msg: fmt.Sprintf("%d of %d defer runs failed", failed, len(runs))}
 			}
 			return nil
 		}
 		if time.Now().After(deadline) {
-			printRuns(w, runs, job)
+			_ = out.printRuns(w, runs, job)
 			return &exitError{code: 3, msg: fmt.Sprintf("timed out after %s", timeout)}
 		}
 		select {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,7 +66,7 @@ func TestWaitRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out bytes.Buffer
-			err = waitRuns(context.Background(), &out, fakeClient(tc.objs...), "ns", kind, n, 30*time.Millisecond, 10*time.Millisecond)
+			err = waitRuns(context.Background(), &out, &outputFlags{}, fakeClient(tc.objs...), "ns", kind, n, 30*time.Millisecond, 10*time.Millisecond)
 			code := 0
 			var ee *exitError
 			if errors.As(err, &ee) {
@@ -86,7 +88,7 @@ func TestStatusOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	printRuns(&out, runs, job)
+	printRuns(&out, runs, job, false)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var firstCols []string
 	for _, l := range lines[1:] {
@@ -118,5 +120,75 @@ func TestSkipAndRelease(t *testing.T) {
 	}
 	if _, _, err := parseRef("node/x", "pod", "pod", "job"); !errors.As(err, &ee) || ee.code != 2 {
 		t.Errorf("bad kind: %v", err)
+	}
+}
+
+func TestControllerVersion(t *testing.T) {
+	dep := func(name string, labels map[string]string, image string) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kdefer-system", Labels: labels}}
+		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "manager", Image: image}}
+		return d
+	}
+	sel := map[string]string{"app.kubernetes.io/name": "kdefer", "app.kubernetes.io/component": "controller"}
+	withVersion := map[string]string{"app.kubernetes.io/version": "v0.3.0"}
+	for k, v := range sel {
+		withVersion[k] = v
+	}
+	cases := map[string]struct {
+		obj  *appsv1.Deployment
+		want string
+		code int
+	}{
+		"image tag":     {dep("kdefer-controller", sel, "registry:5000/kdefer-controller:v0.2.1"), "Controller: v0.2.1 (deployment kdefer-system/kdefer-controller)\n", 0},
+		"version label": {dep("kd", withVersion, "x/kdefer-controller@sha256:ab"), "Controller: v0.3.0 (deployment kdefer-system/kd)\n", 0},
+		"not installed": {dep("other", map[string]string{"app": "x"}, "x:1"), "", 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := printControllerVersion(context.Background(), &out, fakeClient(tc.obj), "kdefer-system")
+			code := 0
+			var ee *exitError
+			if errors.As(err, &ee) {
+				code = ee.code
+			}
+			if code != tc.code || out.String() != tc.want {
+				t.Errorf("exit %d (%v), output %q; want %d, %q", code, err, out.String(), tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestStatusOutputFormats(t *testing.T) {
+	runs := []v1.DeferRun{*runIn("a", v1.DeferRunSucceeded), *runIn("b", v1.DeferRunFailed)}
+	cases := map[string]struct {
+		format string
+		runs   []v1.DeferRun
+		want   []string
+	}{
+		"name":         {"name", runs, []string{"deferrun.kdefer.io/a\n", "deferrun.kdefer.io/b\n"}},
+		"yaml, a list": {"yaml", runs, []string{"kind: DeferRunList\n", "name: a\n", "name: b\n"}},
+		"json, one":    {"json", runs[:1], []string{`"kind": "DeferRun"`, `"name": "a"`}},
+		"wide":         {"wide", runs, []string{"RUN  JOB  POD", "UNSAVED"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var o outputFlags
+			o.add(&cobra.Command{})
+			*o.print.OutputFormat = tc.format
+			var out bytes.Buffer
+			var job *batchv1.Job
+			if len(tc.runs) > 1 {
+				job = finishedJob()
+			}
+			if err := o.printRuns(&out, tc.runs, job); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("-o %s lacks %q:\n%s", tc.format, w, out.String())
+				}
+			}
+		})
 	}
 }

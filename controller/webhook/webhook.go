@@ -300,13 +300,7 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 		}
 		return admission.Denied(fmt.Sprintf("DeferPolicy %s is invalid:\n- %s", p.Name, strings.Join(msgs, "\n- ")))
 	}
-	var warnings []string
-	if so := p.Spec.StageOut; so != nil && !so.Overwrite {
-		if c := v1.StageOutCollision(so.URL); c != "" {
-			warnings = append(warnings, "spec.stageOut.url: "+c)
-		}
-	}
-	return admission.Allowed("").WithWarnings(warnings...)
+	return admission.Allowed("").WithWarnings(render.PolicyWarnings(&p.Spec)...)
 }
 
 func jobName(req admission.Request) string {

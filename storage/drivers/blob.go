@@ -15,6 +15,7 @@ import (
 	_ "gocloud.dev/blob/memblob"   // mem://
 	"gocloud.dev/gcerrors"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -30,6 +31,9 @@ type blobBackend struct {
 }
 
 func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOptions) (storage.Backend, error) {
+	if problem, fix := stagecontract.CheckURLQuery(loc.Scheme, loc.Query); problem != "" {
+		return nil, storage.Permanentf(fix, "%s", problem)
+	}
 	q := url.Values{}
 	for k, v := range loc.Query {
 		q[k] = v
