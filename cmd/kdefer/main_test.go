@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 	"sigs.k8s.io/yaml"
 
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/render"
 )
 
@@ -142,12 +143,13 @@ func TestLint(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
-	want := `testdata/bad.yaml#1: Job bad: 3 problem(s), 2 warning(s)
+	want := `testdata/bad.yaml#1: Job bad: 3 problem(s), 3 warning(s)
   error: annotation kdefer.io/deadline: "3x" is not a positive duration; fix: use a Go duration such as 30m or 2h
   error: annotation kdefer.io/stage-out: "http://x" has scheme "http"; kdefer understands s3, gs, azblob, file; fix: use e.g. s3://bucket/runs/{namespace}/{job}/{pod}/
   error: spec.template.spec.containers[0] (main).envFrom: receives the credentials Secret "minio"; fix: kdefer gives the Secret named by kdefer.io/credentials only to its stage steps: give the container a different Secret, or remove the reference
   warning: the Job has kdefer.io annotations but not the label kdefer.io/enabled: "true", so kdefer's webhook ignores it; add the label, or render it with kdefer render
   warning: annotation kdefer.io/tigers is not a kdefer annotation and is ignored; did you mean kdefer.io/triggers?
+  warning: annotation kdefer.io/stage-out: ` + v1.StageOutCollision("http://x") + `
 testdata/job.yaml#1: Job physics/sim: ok
 testdata/policy-job.yaml#1: DeferPolicy physics/team: ok
 testdata/policy-job.yaml#2: Job physics/uses-policy: 1 problem(s), 0 warning(s)
