@@ -11,7 +11,7 @@ import (
 
 // checkCredentials refuses a template in which a container of the user's
 // (main, init, sidecar or ephemeral) could read the credentials Secret.
-func checkCredentials(spec *corev1.PodSpec, secret string) []error {
+func checkCredentials(spec *corev1.PodSpec, secret, specPath string) []error {
 	var errs []error
 	fix := fmt.Sprintf("kdefer gives the Secret named by %s only to its stage steps: give the container a different Secret, or remove the reference", v1.AnnotationCredentials)
 	secretVols := map[string]bool{}
@@ -28,7 +28,7 @@ func checkCredentials(spec *corev1.PodSpec, secret string) []error {
 		}
 	}
 	check := func(kind string, i int, c *corev1.Container) {
-		where := fmt.Sprintf("spec.template.spec.%s[%d] (%s)", kind, i, c.Name)
+		where := fmt.Sprintf("%s.%s[%d] (%s)", specPath, kind, i, c.Name)
 		for _, e := range c.EnvFrom {
 			if e.SecretRef != nil && e.SecretRef.Name == secret {
 				errs = append(errs, &TemplateError{Field: where + ".envFrom", Problem: fmt.Sprintf("receives the credentials Secret %q", secret), Fix: fix})

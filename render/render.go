@@ -83,16 +83,8 @@ func Job(job *batchv1.Job, policy *v1.DeferPolicySpec, opts Options) (*batchv1.J
 	if err := PodTemplate(job.Annotations, &out.Spec.Template, policy, opts); err != nil {
 		errs = append(errs, err)
 	}
-	// {index} only means something in an Indexed Job.
-	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion {
-		ann := mergedConfig(job.Annotations, job.Spec.Template.Annotations)
-		for _, k := range []string{v1.AnnotationStageOut, v1.AnnotationStageIn} {
-			if strings.Contains(ann[k], "{index}") {
-				errs = append(errs, &v1.AnnotationError{Key: k, Value: ann[k], Problem: "uses {index}, but the Job is not Indexed",
-					Fix: "set spec.completionMode: Indexed, or use {pod} instead of {index}"})
-			}
-		}
-	}
+	indexed := job.Spec.CompletionMode != nil && *job.Spec.CompletionMode == batchv1.IndexedCompletion
+	errs = append(errs, ownerPlaceholders(mergedConfig(job.Annotations, job.Spec.Template.Annotations), jobOwner(indexed))...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -125,6 +117,12 @@ func Warnings(job *batchv1.Job) []string {
 		if c := v1.StageOutCollision(u); c != "" {
 			w = append(w, fmt.Sprintf("annotation %s: %s", v1.AnnotationStageOut, c))
 		}
+	}
+	// Each attempt of an index is a pod with a run of its own: under
+	// {index} alone a retry's outputs overwrite the failed attempt's.
+	if u := ann[v1.AnnotationStageOut]; job.Spec.BackoffLimitPerIndex != nil && *job.Spec.BackoffLimitPerIndex > 0 &&
+		strings.Contains(u, "{index}") && !strings.Contains(u, "{pod}") && !strings.Contains(u, "{uid}") {
+		w = append(w, fmt.Sprintf("annotation %s: %q has {index} but no {pod} or {uid}, so a retry of an index (backoffLimitPerIndex) uploads over its failed attempt's outputs; add {uid} to keep each attempt's", v1.AnnotationStageOut, u))
 	}
 	return w
 }
@@ -188,6 +186,12 @@ func mergedConfig(jobAnn, tmplAnn map[string]string) map[string]string {
 // the object that holds the template (the Job); they override the
 // template's own kdefer.io annotations.
 func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpec, policy *v1.DeferPolicySpec, opts Options) error {
+	return podTemplate(ownerAnnotations, tmpl, policy, opts, "spec.template.spec")
+}
+
+// podTemplate renders tmpl; specPath is where its spec is in the object the
+// user wrote (a Job's template, or a pod), for the errors.
+func podTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpec, policy *v1.DeferPolicySpec, opts Options, specPath string) error {
 	opts = opts.withDefaults()
 	ann := mergedConfig(ownerAnnotations, tmpl.Annotations)
 	pol, perr := EffectivePolicy(policy, ann)
@@ -207,7 +211,7 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 			fail(fmt.Sprintf("spec.template.spec.containers[%d].volumeMounts", i), fmt.Sprintf("mounts %q, which kdefer reserves for the stage steps' S3 CA bundle", S3CABundleVolume), "rename the volume")
 		}
 		if strings.HasPrefix(c.Name, StageInContainerName) {
-			fail(fmt.Sprintf("spec.template.spec.containers[%d].name", i), fmt.Sprintf("%q starts with %q, which kdefer reserves for its stage-in containers", c.Name, StageInContainerName), "rename the container")
+			fail(fmt.Sprintf("%s.containers[%d].name", specPath, i), fmt.Sprintf("%q starts with %q, which kdefer reserves for its stage-in containers", c.Name, StageInContainerName), "rename the container")
 		}
 	}
 	// The apiserver refuses a container without an image too, but only
@@ -225,7 +229,7 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	}
 	// Credentials: no container of the user's may see the Secret.
 	if pol.Credentials != nil {
-		errs = append(errs, checkCredentials(spec, pol.Credentials.Name)...)
+		errs = append(errs, checkCredentials(spec, pol.Credentials.Name, specPath)...)
 	}
 
 	// The work volume.
@@ -265,7 +269,7 @@ func PodTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 				continue
 			}
 			if other := mountAt(c, wv.MountPath); other != "" {
-				fail(fmt.Sprintf("spec.template.spec.containers[%d] (%s)", i, c.Name),
+				fail(fmt.Sprintf("%s.containers[%d] (%s)", specPath, i, c.Name),
 					fmt.Sprintf("already mounts volume %q at %s, where kdefer would mount the new work volume %q", other, wv.MountPath, wv.Name),
 					fmt.Sprintf("set %s to another path, or set %s: %s to make that volume the work volume", v1.AnnotationWorkMountPath, v1.AnnotationWorkVolume, other))
 				continue

@@ -433,6 +433,16 @@ func TestWarnings(t *testing.T) {
 	if diff := cmp.Diff(want, render.Warnings(j)); diff != "" {
 		t.Errorf("Warnings (-want +got):\n%s", diff)
 	}
+	retried := rt.MakeJob("j", ns).Indexed(4, 4).StageOut("s3://b/{index}/").Obj()
+	retried.Spec.BackoffLimitPerIndex = ptr[int32](2)
+	want = []string{`annotation kdefer.io/stage-out: "s3://b/{index}/" has {index} but no {pod} or {uid}, so a retry of an index (backoffLimitPerIndex) uploads over its failed attempt's outputs; add {uid} to keep each attempt's`}
+	if diff := cmp.Diff(want, render.Warnings(retried)); diff != "" {
+		t.Errorf("Warnings of an Indexed Job retried per index (-want +got):\n%s", diff)
+	}
+	retried.Annotations[v1.AnnotationStageOut] = "s3://b/{index}/{uid}/"
+	if w := render.Warnings(retried); len(w) != 0 {
+		t.Errorf("Warnings with {uid}: %q", w)
+	}
 }
 
 // TestWarningsCollidingAttempts: a stage-out URL is unique per pod attempt

@@ -1,5 +1,6 @@
 // Package webhook serves kdefer's admission webhooks: a mutating webhook that
-// renders opted-in batch/v1 Jobs (see package render), a validating webhook
+// renders opted-in batch/v1 Jobs (see package render), one that renders
+// opted-in pods no rendered template made (pod.go), a validating webhook
 // that re-checks that an admitted Job is rendered (another mutating webhook
 // may have run after kdefer's), a validating webhook for DeferPolicies, and
 // one that makes evictions of unfinished defer pods wait (eviction.go), and
@@ -136,6 +137,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 func Register(srv webhook.Server, h *Handlers) {
 	srv.Register(MutateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutateJob)})
 	srv.Register(ValidateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateJob)})
+	srv.Register(MutatePodPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutatePod)})
 	srv.Register(ValidatePolicyPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidatePolicy)})
 	srv.Register(ValidateEvictionPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateEviction)})
 }
@@ -204,18 +206,24 @@ func (h *Handlers) policyFor(ctx context.Context, job *batchv1.Job) (*v1.DeferPo
 	if name == "" {
 		name = job.Spec.Template.Annotations[v1.AnnotationPolicy]
 	}
+	return h.policyNamed(ctx, job.Namespace, name)
+}
+
+// policyNamed fetches the DeferPolicy name in namespace ns (nil for ""), or
+// returns a denial.
+func (h *Handlers) policyNamed(ctx context.Context, ns, name string) (*v1.DeferPolicySpec, *admission.Response) {
 	if name == "" {
 		return nil, nil
 	}
 	var p v1.DeferPolicy
-	err := h.reader.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &p)
+	err := h.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p)
 	switch {
 	case apierrors.IsNotFound(err):
 		r := admission.Denied(fmt.Sprintf("annotation %s: DeferPolicy %q does not exist in namespace %q; fix: create it first (kubectl apply -f policy.yaml), or correct the annotation",
-			v1.AnnotationPolicy, name, job.Namespace))
+			v1.AnnotationPolicy, name, ns))
 		return nil, &r
 	case err != nil:
-		r := admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading DeferPolicy %s/%s: %w", job.Namespace, name, err))
+		r := admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading DeferPolicy %s/%s: %w", ns, name, err))
 		return nil, &r
 	}
 	return &p.Spec, nil

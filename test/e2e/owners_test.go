@@ -1,0 +1,233 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/test/clusterenv"
+)
+
+// Owners other than a plain Job (issue #17): a CI runner's bare pod, a
+// CronJob's Jobs, an Indexed Job with backoffLimitPerIndex and a
+// podFailurePolicy.
+
+// junit is the report a test-suite pod writes before its outputs.
+const junit = `<?xml version="1.0"?><testsuite name="e2e" tests="1"><testcase name="kdefer"/></testsuite>`
+
+// shortTTL makes finished runs of owners without a Job go soon, so that
+// cleanUp finds nothing left (a bare pod's run is deleted by its TTL only).
+func (s *scenario) shortTTL(name string) *v1.DeferPolicy {
+	return &v1.DeferPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
+		Spec:       v1.DeferPolicySpec{TTLSecondsAfterFinished: ptr.To[int32](5)},
+	}
+}
+
+// TestBareCIPodEvicted: a CI runner's build pod, no Job, opted in as GitLab
+// Runner's pod_labels and pod_annotations do, writes its JUnit XML and is
+// evicted mid-run; the pod webhook rendered it at creation, so the XML and
+// the outputs are in the bucket, the volume is released and nothing is left.
+func TestBareCIPodEvicted(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "ci-pod")
+	s.create(s.shortTTL("ci"))
+	w := small
+	w.mode = "hold"
+	busybox := clusterenv.MustImage(s.t, "busybox")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "runner-1-project-7-concurrent-0", Namespace: s.ns,
+			Labels: map[string]string{v1.LabelEnabled: "true"},
+			Annotations: map[string]string{
+				v1.AnnotationPolicy:      "ci",
+				v1.AnnotationStageOut:    "s3://" + bucket + "/{namespace}/ci/{pod}/" + s.s3Query(),
+				v1.AnnotationCredentials: "minio",
+				v1.AnnotationWorkVolume:  "repo",
+			}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](10),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "build", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:      []string{"sh", "-c", "mkdir -p /kdefer/out && printf '%s' '" + junit + "' > /kdefer/out/junit.xml\n" + w.script(s.sig.url)},
+				VolumeMounts: []corev1.VolumeMount{{Name: "repo", MountPath: "/kdefer"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "repo", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	restrictedPod(&pod.Spec, jobUser, jobUser, jobUser)
+	s.create(pod)
+	if pod.Labels[v1.LabelManaged] != "true" || pod.Spec.Volumes[0].Ephemeral == nil {
+		t.Fatalf("the pod was not rendered at creation: labels %v, volume %+v", pod.Labels, pod.Spec.Volumes[0])
+	}
+	name := s.waitReady(2 * time.Minute)
+	if err := s.env.Evict(s.ctx, s.ns, name); err != nil {
+		t.Fatalf("evict %s: %v", name, err)
+	}
+	run := s.waitFinished(name, v1.TriggerDrained, v1.DeferRunSucceeded, 3*time.Minute)
+	if run.Spec.JobName != "" {
+		t.Errorf("DeferRun %s: job %q, want none", name, run.Spec.JobName)
+	}
+	objs := s.checkOutputs("ci", name, w, v1.TriggerDrained, "out/junit.xml")
+	if got := string(objs["out/junit.xml"].data); got != junit {
+		t.Errorf("junit.xml in the bucket: %q, want %q", got, junit)
+	}
+	s.volumeReleased(run)
+	s.podGone(name, time.Minute)
+	s.cleanUp()
+}
+
+// TestCronJob: a CronJob whose jobTemplate opts in makes Jobs the Job
+// webhook renders; the first Job's pod stages out like any Job's.
+func TestCronJob(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "cron")
+	w := small
+	w.mode = "exit 0"
+	job := s.job("nightly", w)
+	cj := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: s.ns},
+		Spec: batchv1.CronJobSpec{
+			Schedule: "* * * * *", ConcurrencyPolicy: batchv1.ForbidConcurrent,
+			SuccessfulJobsHistoryLimit: ptr.To[int32](1), FailedJobsHistoryLimit: ptr.To[int32](1),
+			JobTemplate: batchv1.JobTemplateSpec{ObjectMeta: job.ObjectMeta, Spec: job.Spec},
+		},
+	}
+	cj.Spec.JobTemplate.Name, cj.Spec.JobTemplate.Namespace = "", ""
+	s.create(cj)
+	pod := s.waitReady(3 * time.Minute) // the schedule fires within a minute
+	// Stop further runs before looking: one Job is the scenario.
+	if err := s.env.Client.Patch(s.ctx, cj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))); err != nil {
+		t.Fatal(err)
+	}
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
+	if !strings.HasPrefix(run.Spec.JobName, "nightly-") {
+		t.Errorf("DeferRun %s: job %q, want one of CronJob nightly's", pod, run.Spec.JobName)
+	}
+	s.checkOutputs(run.Spec.JobName, pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	if err := s.env.Client.Delete(s.ctx, cj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	s.cleanUp(run.Spec.JobName)
+}
+
+// TestIndexedJobBackoffPerIndex: an Indexed Job with backoffLimitPerIndex 1
+// and a podFailurePolicy that ignores disruptions. Index 0's first pod is
+// evicted (ignored by the policy: not counted, replaced), index 1's first
+// pod exits 1 (counted against its index, retried); every attempt has its
+// own run and outputs, and with kdefer's finalizer on each pod the Job
+// completes with exactly one failure counted and no failed index.
+func TestIndexedJobBackoffPerIndex(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "indexed")
+	w := small
+	job := s.job("sweep", w)
+	job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+	job.Spec.Completions, job.Spec.Parallelism = ptr.To[int32](2), ptr.To[int32](2)
+	job.Spec.BackoffLimit = nil
+	job.Spec.BackoffLimitPerIndex = ptr.To[int32](1)
+	job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+		Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+	}}}
+	c := &job.Spec.Template.Spec.Containers[0]
+	c.Env = []corev1.EnvVar{{Name: "FAILURES", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+		FieldPath: "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"}}}}
+	// Index 1's first attempt exits 1 once its outputs are written; every
+	// pod of index 0 waits for the test, which evicts the first and
+	// releases the second.
+	w.mode = "wait 0"
+	script := w.script(s.sig.url)
+	wait := strings.Index(script, "timeout 600 wget")
+	if wait < 0 {
+		t.Fatal("workload script changed: no wait for the go signal")
+	}
+	c.Command[2] = script[:wait] + `if [ "$JOB_COMPLETION_INDEX" = 1 ]; then [ "${FAILURES:-0}" = 0 ] && exit 1; exit 0; fi
+` + script[wait:]
+	s.create(job)
+
+	evicted := ""
+	for {
+		p := s.waitReady(3 * time.Minute)
+		pod := &corev1.Pod{}
+		if err := s.env.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: p}, pod); err != nil {
+			t.Fatal(err)
+		}
+		if pod.Annotations[batchv1.JobCompletionIndexAnnotation] != "0" {
+			continue
+		}
+		if evicted == "" {
+			if err := s.env.Evict(s.ctx, s.ns, p); err != nil {
+				t.Fatalf("evict %s: %v", p, err)
+			}
+			evicted = p
+			continue
+		}
+		s.sig.release(p)
+		break
+	}
+	s.waitJob("sweep", 4*time.Minute, "Complete", func(j *batchv1.Job) bool {
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
+	j := &batchv1.Job{}
+	if err := s.env.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: "sweep"}, j); err != nil {
+		t.Fatal(err)
+	}
+	// The eviction is ignored by the policy; index 1's exit 1 is the one
+	// failure, within its index's backoff.
+	if j.Status.Failed != 1 || j.Status.Succeeded != 2 || (j.Status.FailedIndexes != nil && *j.Status.FailedIndexes != "") {
+		t.Errorf("Job status: failed %d succeeded %d failedIndexes %v, want 1, 2, none", j.Status.Failed, j.Status.Succeeded, ptr.Deref(j.Status.FailedIndexes, ""))
+	}
+	// Every attempt (2 first pods, 2 retries) had its own run, and each
+	// staged out its outputs.
+	runs := &v1.DeferRunList{}
+	if err := s.env.Client.List(s.ctx, runs, client.InNamespace(s.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs.Items) != 4 {
+		t.Errorf("%d DeferRuns, want 4 (one per attempt)", len(runs.Items))
+	}
+	for i := range runs.Items {
+		r := s.waitRun(runs.Items[i].Name, 3*time.Minute, "to finish", finished)
+		if r.Spec.CompletionIndex == nil {
+			t.Errorf("DeferRun %s has no completion index", r.Name)
+		}
+		s.checkOutputs("sweep", r.Name, w, r.Status.Trigger)
+		s.volumeReleased(r)
+	}
+	s.cleanUp("sweep")
+}
+
+// waitJob waits until the Job satisfies cond.
+func (s *scenario) waitJob(name string, timeout time.Duration, what string, cond func(*batchv1.Job) bool) {
+	s.t.Helper()
+	err := clusterenv.WaitFor(s.ctx, timeout, fmt.Sprintf("Job %s/%s %s", s.ns, name, what), func(ctx context.Context) (bool, error) {
+		j := &batchv1.Job{}
+		if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, j); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return cond(j), nil
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+}
