@@ -118,12 +118,6 @@ func Warnings(job *batchv1.Job) []string {
 			w = append(w, fmt.Sprintf("annotation %s: %s", v1.AnnotationStageOut, c))
 		}
 	}
-	// Each attempt of an index is a pod with a run of its own: under
-	// {index} alone a retry's outputs overwrite the failed attempt's.
-	if u := ann[v1.AnnotationStageOut]; job.Spec.BackoffLimitPerIndex != nil && *job.Spec.BackoffLimitPerIndex > 0 &&
-		strings.Contains(u, "{index}") && !strings.Contains(u, "{pod}") && !strings.Contains(u, "{uid}") {
-		w = append(w, fmt.Sprintf("annotation %s: %q has {index} but no {pod} or {uid}, so a retry of an index (backoffLimitPerIndex) uploads over its failed attempt's outputs; add {uid} to keep each attempt's", v1.AnnotationStageOut, u))
-	}
 	return w
 }
 
