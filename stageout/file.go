@@ -154,7 +154,7 @@ func (e *engine) alreadyStored(ctx context.Context, src *source, f *file) (bool,
 	}
 	h := md5.New()
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	var w io.Writer = io.MultiWriter(crc, e.prog.Verifying())
+	w := io.MultiWriter(crc, e.prog.Verifying())
 	if !oi.HasCRC32C {
 		w = io.MultiWriter(crc, h, e.prog.Verifying())
 	}

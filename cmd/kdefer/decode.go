@@ -131,10 +131,10 @@ func (l lineIndex) line(path string) int {
 	n, at := l.root, l.root.Line
 	rest := joinPath(l.prefix, path)
 	for rest != "" {
-		switch {
-		case rest[0] == '.':
+		switch rest[0] {
+		case '.':
 			rest = rest[1:]
-		case rest[0] == '[':
+		case '[':
 			j := strings.IndexByte(rest, ']')
 			i, err := strconv.Atoi(rest[1:max(j, 1)])
 			if j < 0 || err != nil || n.Kind != yaml3.SequenceNode || i >= len(n.Content) {

@@ -249,7 +249,7 @@ func restrictedPod(spec *corev1.PodSpec, uid, gid, fsGroup int64) {
 }
 
 // job builds an opted-in Job running w, staging out to the scenario's bucket.
-func (s *scenario) job(name string, w workload) *batchv1.Job { //nolint:unparam // the scenario names its Job, and checkOutputs finds the outputs by that name
+func (s *scenario) job(name string, w workload) *batchv1.Job {
 	busybox := clusterenv.MustImage(s.t, "busybox")
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -677,7 +677,7 @@ func (s *scenario) objects(prefix string) map[string]object {
 // NAMESPACE/JOB/POD/: every byte of out/f*.dat, SHA256SUMS as the pod
 // computed it, and the manifest, listing exactly those objects, written
 // last, with the trigger. extra are other keys expected (e.g. inputs).
-func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger, extra ...string) map[string]object { //nolint:unparam // the scenario names the Job whose outputs it checks, as in s.job
+func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger, extra ...string) map[string]object {
 	s.t.Helper()
 	prefix := s.ns + "/" + job + "/" + pod + "/"
 	objs := s.objects(prefix)
