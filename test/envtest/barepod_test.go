@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -111,11 +112,19 @@ func TestBarePodDeferRun(t *testing.T) {
 				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(run), run); err != nil {
 					return false, err
 				}
+				if !meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunSucceeded) {
+					return false, nil
+				}
+				// Released: the finalizer is gone, and after an eviction
+				// (a pressure trigger) kdefer deletes the ended pod itself
+				// so its volume goes (policy deleteEndedPod: OnPressure).
 				p := &corev1.Pod{}
-				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
+				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), p); apierrors.IsNotFound(err) {
+					return true, nil
+				} else if err != nil {
 					return false, err
 				}
-				return meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunSucceeded) && !slices.Contains(p.Finalizers, v1.PodFinalizer), nil
+				return !slices.Contains(p.Finalizers, v1.PodFinalizer), nil
 			})
 			if run.Status.Trigger != v1.TriggerEvicted {
 				t.Errorf("trigger %q, want %s", run.Status.Trigger, v1.TriggerEvicted)
