@@ -40,7 +40,7 @@ func TestMutateJobOfOtherOwners(t *testing.T) {
 			if !resp.Allowed || len(resp.Patches) == 0 {
 				t.Fatalf("not rendered: allowed=%v %q", resp.Allowed, resp.Result.Message)
 			}
-			got := applyPatch(t, req, resp)
+			got := applyPatch[batchv1.Job](t, req, resp)
 			if got.Spec.Template.Labels[v1.LabelManaged] != "true" || got.Spec.Template.Annotations[v1.AnnotationRendered] == "" {
 				t.Errorf("template not rendered: %+v", got.Spec.Template.ObjectMeta)
 			}

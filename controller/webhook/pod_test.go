@@ -2,17 +2,14 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/render"
@@ -25,27 +22,6 @@ func barePod(ann map[string]string) *corev1.Pod {
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "test", Image: "busybox"}}},
 	}
-}
-
-func patchedPod(t *testing.T, req admission.Request, resp admission.Response) *corev1.Pod {
-	t.Helper()
-	ops, err := json.Marshal(resp.Patches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := jsonpatch.DecodePatch(ops)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := p.Apply(req.Object.Raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := &corev1.Pod{}
-	if err := json.Unmarshal(out, pod); err != nil {
-		t.Fatal(err)
-	}
-	return pod
 }
 
 func TestMutatePod(t *testing.T) {
@@ -93,7 +69,7 @@ func TestMutatePod(t *testing.T) {
 				}
 				return
 			}
-			got := patchedPod(t, req, resp)
+			got := applyPatch[corev1.Pod](t, req, resp)
 			var pol *v1.DeferPolicySpec
 			if tc.pod.Annotations[v1.AnnotationPolicy] != "" {
 				pol = &policy.Spec

@@ -52,7 +52,9 @@ func request(t *testing.T, op admissionv1.Operation, obj, old any) admission.Req
 	return req
 }
 
-func applyPatch(t *testing.T, req admission.Request, resp admission.Response) *batchv1.Job {
+// applyPatch applies the webhook's JSON patch to the request's object and
+// decodes the result as a T (a Job or a Pod).
+func applyPatch[T any](t *testing.T, req admission.Request, resp admission.Response) *T {
 	t.Helper()
 	ops, err := json.Marshal(resp.Patches)
 	if err != nil {
@@ -66,11 +68,11 @@ func applyPatch(t *testing.T, req admission.Request, resp admission.Response) *b
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &batchv1.Job{}
-	if err := json.Unmarshal(out, j); err != nil {
+	obj := new(T)
+	if err := json.Unmarshal(out, obj); err != nil {
 		t.Fatal(err)
 	}
-	return j
+	return obj
 }
 
 func TestMutateJob(t *testing.T) {
@@ -101,7 +103,7 @@ func TestMutateJob(t *testing.T) {
 			if !resp.Allowed {
 				t.Fatalf("denied: %s", resp.Result.Message)
 			}
-			got := applyPatch(t, req, resp)
+			got := applyPatch[batchv1.Job](t, req, resp)
 			var pol *v1.DeferPolicySpec
 			if tc.job.Annotations[v1.AnnotationPolicy] != "" {
 				pol = &policy.Spec

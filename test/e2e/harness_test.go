@@ -250,7 +250,6 @@ func restrictedPod(spec *corev1.PodSpec, uid, gid, fsGroup int64) {
 
 // job builds an opted-in Job running w, staging out to the scenario's bucket.
 func (s *scenario) job(name string, w workload) *batchv1.Job {
-	busybox := clusterenv.MustImage(s.t, "busybox")
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: s.ns,
@@ -262,22 +261,28 @@ func (s *scenario) job(name string, w workload) *batchv1.Job {
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{
-				Spec: corev1.PodSpec{
-					RestartPolicy:                 corev1.RestartPolicyNever,
-					TerminationGracePeriodSeconds: ptr.To[int64](10),
-					AutomountServiceAccountToken:  ptr.To(false),
-					EnableServiceLinks:            ptr.To(false),
-					Containers: []corev1.Container{{
-						Name: "main", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
-						Command: []string{"sh", "-c", w.script(s.sig.url)},
-					}},
-				},
-			},
+			Template:     corev1.PodTemplateSpec{Spec: s.podSpec("main", w.script(s.sig.url))},
 		},
 	}
-	restrictedPod(&job.Spec.Template.Spec, jobUser, jobUser, jobUser)
 	return job
+}
+
+// podSpec is the spec of every scenario's workload pod: one busybox
+// container named container running script, meeting Pod Security
+// "restricted" as jobUser.
+func (s *scenario) podSpec(container, script string) corev1.PodSpec {
+	spec := corev1.PodSpec{
+		RestartPolicy:                 corev1.RestartPolicyNever,
+		TerminationGracePeriodSeconds: ptr.To[int64](10),
+		AutomountServiceAccountToken:  ptr.To(false),
+		EnableServiceLinks:            ptr.To(false),
+		Containers: []corev1.Container{{
+			Name: container, Image: clusterenv.MustImage(s.t, "busybox"), ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{"sh", "-c", script},
+		}},
+	}
+	restrictedPod(&spec, jobUser, jobUser, jobUser)
+	return spec
 }
 
 func (s *scenario) s3Query() string {

@@ -46,7 +46,6 @@ func TestBareCIPodEvicted(t *testing.T) {
 	s.create(s.shortTTL("ci"))
 	w := small
 	w.mode = "hold"
-	busybox := clusterenv.MustImage(s.t, "busybox")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "runner-1-project-7-concurrent-0", Namespace: s.ns,
 			Labels: map[string]string{v1.LabelEnabled: "true"},
@@ -56,20 +55,10 @@ func TestBareCIPodEvicted(t *testing.T) {
 				v1.AnnotationCredentials: "minio",
 				v1.AnnotationWorkVolume:  "repo",
 			}},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr.To[int64](10),
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			Containers: []corev1.Container{{
-				Name: "build", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:      []string{"sh", "-c", "mkdir -p /kdefer/out && printf '%s' '" + junit + "' > /kdefer/out/junit.xml\n" + w.script(s.sig.url)},
-				VolumeMounts: []corev1.VolumeMount{{Name: "repo", MountPath: "/kdefer"}},
-			}},
-			Volumes: []corev1.Volume{{Name: "repo", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-		},
+		Spec: s.podSpec("build", "mkdir -p /kdefer/out && printf '%s' '"+junit+"' > /kdefer/out/junit.xml\n"+w.script(s.sig.url)),
 	}
-	restrictedPod(&pod.Spec, jobUser, jobUser, jobUser)
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "repo", MountPath: "/kdefer"}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "repo", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	s.create(pod)
 	if pod.Labels[v1.LabelManaged] != "true" || pod.Spec.Volumes[0].Ephemeral == nil {
 		t.Fatalf("the pod was not rendered at creation: labels %v, volume %+v", pod.Labels, pod.Spec.Volumes[0])
