@@ -32,7 +32,9 @@ const junit = `<?xml version="1.0"?><testsuite name="e2e" tests="1"><testcase na
 func (s *scenario) shortTTL(name string) *v1.DeferPolicy {
 	return &v1.DeferPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
-		Spec:       v1.DeferPolicySpec{TTLSecondsAfterFinished: ptr.To[int32](5)},
+		// A policy needs a stage-out (or defer containers); the pod's
+		// own annotation still wins over it.
+		Spec: v1.DeferPolicySpec{TTLSecondsAfterFinished: ptr.To[int32](5), StageOut: &v1.StageOut{URL: s.stageOutURL()}},
 	}
 }
 
@@ -125,6 +127,7 @@ func TestIndexedJobBackoffPerIndex(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "indexed")
 	w := small
+	w.mode = "wait 0"
 	job := s.job("sweep", w)
 	job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
 	job.Spec.Completions, job.Spec.Parallelism = ptr.To[int32](2), ptr.To[int32](2)
@@ -134,13 +137,17 @@ func TestIndexedJobBackoffPerIndex(t *testing.T) {
 		Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 	}}}
 	c := &job.Spec.Template.Spec.Containers[0]
-	c.Env = []corev1.EnvVar{{Name: "FAILURES", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
-		FieldPath: "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"}}}}
+	// An Indexed Job's pod has the hostname job-index, not its name: the
+	// workload signals the test with its pod name instead.
+	c.Env = []corev1.EnvVar{
+		{Name: "FAILURES", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			FieldPath: "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"}}},
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+	}
 	// Index 1's first attempt exits 1 once its outputs are written; every
 	// pod of index 0 waits for the test, which evicts the first and
 	// releases the second.
-	w.mode = "wait 0"
-	script := w.script(s.sig.url)
+	script := strings.ReplaceAll(w.script(s.sig.url), "$HOSTNAME", "$POD_NAME")
 	wait := strings.Index(script, "timeout 600 wget")
 	if wait < 0 {
 		t.Fatal("workload script changed: no wait for the go signal")
