@@ -36,6 +36,7 @@ fi
 
 start=$SECONDS
 mkdir -p "$STATE"
+lock_cluster
 "$CLUSTER" up >&2
 eval "$("$CLUSTER" env)"
 export KUBECONFIG

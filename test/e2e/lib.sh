@@ -15,6 +15,19 @@ kubectl() { command "${KDEFER_KUBECTL:-kubectl}" "$@"; }
 log() { printf '[%s %s] %s\n' "${LOG_TAG:-e2e}" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# lock_cluster: the local cluster is one per machine (one kdefer0 bridge, one
+# /var/lib/kubelet), and `cluster.sh up` tears down whatever runs; so a second
+# e2e or demo run on the machine waits here for the first to finish instead
+# of destroying its cluster mid-test. The lock goes with the process.
+lock_cluster() {
+	exec {KDEFER_LOCK_FD}>"${KDEFER_CLUSTER_LOCK:-/tmp/kdefer-cluster.lock}"
+	if ! flock -n "$KDEFER_LOCK_FD"; then
+		log "waiting for the other local-cluster run on this machine to finish"
+		flock "$KDEFER_LOCK_FD"
+		log "the local cluster is free"
+	fi
+}
+
 # wait_until SECONDS WHAT CMD...: run CMD every 0.5 s until it succeeds.
 wait_until() {
 	local limit=$1 what=$2; shift 2

@@ -43,6 +43,9 @@ finish() {
 	log "e2e done in $((SECONDS - start))s, exit $rc"
 	exit "$rc"
 }
+# Before the trap: a run still waiting for the lock must not stop the other
+# run's cluster when it is interrupted.
+lock_cluster
 trap finish EXIT
 
 "$CLUSTER" up >&2
