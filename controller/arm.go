@@ -11,31 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 )
-
-// WorkClaims lists a pod's work volumes: generic ephemeral volumes whose
-// claim template render labelled kdefer.io/work-volume. The ephemeral-volume
-// controller names their PVCs POD-VOLUME.
-func WorkClaims(pod *corev1.Pod) []v1.RetainedVolume {
-	var out []v1.RetainedVolume
-	if names, ok := pod.Annotations[annotationCachedWorkVolumes]; ok && len(pod.Spec.Volumes) == 0 {
-		for _, n := range strings.Split(names, ",") {
-			out = append(out, v1.RetainedVolume{Name: n, ClaimName: pod.Name + "-" + n})
-		}
-		return out
-	}
-	for _, vol := range pod.Spec.Volumes {
-		e := vol.Ephemeral
-		if e == nil || e.VolumeClaimTemplate == nil {
-			continue
-		}
-		if _, ok := e.VolumeClaimTemplate.Labels[v1.LabelWorkVolume]; !ok {
-			continue
-		}
-		out = append(out, v1.RetainedVolume{Name: vol.Name, ClaimName: pod.Name + "-" + vol.Name})
-	}
-	return out
-}
 
 // BuildRun returns the DeferRun that arms pod: named after the pod, with the
 // effective policy snapshot, the Job's name and UID in labels, and, when the
@@ -62,7 +39,7 @@ func BuildRun(pod *corev1.Pod, policyName string, policy v1.DeferPolicySpec, con
 		Spec: v1.DeferRunSpec{
 			PodName:    pod.Name,
 			PodUID:     pod.UID,
-			Volumes:    WorkClaims(pod),
+			Volumes:    podstate.WorkClaims(pod),
 			Policy:     policy,
 			PolicyName: policyName,
 			StageUser:  StageUserOf(pod),

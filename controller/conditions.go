@@ -13,9 +13,6 @@ const (
 	// the run was armed; the run re-resolves it before it starts and
 	// proceeds once the cause is fixed.
 	annotationConfigError = "kdefer.io/config-error"
-	// annotationCachedWorkVolumes exists only in the controller's cache: the
-	// pod transform replaces spec.volumes by the names of the work volumes.
-	annotationCachedWorkVolumes = "kdefer.io/cached-work-volumes"
 	// labelJobUID tells runs of a re-created Job of the same name apart.
 	labelJobUID = "kdefer.io/job-uid"
 )

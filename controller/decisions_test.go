@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -261,7 +262,7 @@ func TestBuildRun(t *testing.T) {
 	pod.Labels["app"] = "x"
 	pod.Annotations[batchv1.JobCompletionIndexAnnotation] = "7"
 	run := BuildRun(pod, "pol", v1.DeferPolicySpec{}, "")
-	stripped, _ := stripPod(pod.DeepCopy())
+	stripped, _ := podstate.StripPod(pod.DeepCopy())
 	if diff := cmp.Diff(run, BuildRun(stripped.(*corev1.Pod), "pol", v1.DeferPolicySpec{}, "")); diff != "" {
 		t.Errorf("BuildRun of the cached (stripped) pod differs (-full +stripped):\n%s", diff)
 	}

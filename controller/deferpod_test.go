@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -275,7 +276,7 @@ func TestStageUser(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			stripped, _ := stripPod(tc.pod.DeepCopy())
+			stripped, _ := podstate.StripPod(tc.pod.DeepCopy())
 			su := StageUserOf(stripped.(*corev1.Pod))
 			if diff := cmp.Diff(StageUserOf(tc.pod), su); diff != "" {
 				t.Errorf("StageUserOf the cached (stripped) pod differs (-full +stripped):\n%s", diff)

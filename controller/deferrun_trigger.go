@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -26,19 +27,19 @@ import (
 func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) {
 	run := s.run
 	pod := &corev1.Pod{}
-	var class Classification
+	var class podstate.Classification
 	var job *batchv1.Job
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PodName}, pod)
 	switch {
 	case apierrors.IsNotFound(err) || (err == nil && pod.UID != run.Spec.PodUID):
 		// The pod is gone without a trigger (its finalizer was removed by
 		// hand): stage out whatever is on the volume.
-		pod, class = nil, Classification{Done: true, Trigger: v1.TriggerDeleted}
+		pod, class = nil, podstate.Classification{Done: true, Trigger: v1.TriggerDeleted}
 	case err != nil:
 		return false, fmt.Errorf("reading pod %s: %w", run.Spec.PodName, err)
 	default:
 		job = jobOf(ctx, r.client, pod)
-		class = Classify(pod, job)
+		class = podstate.Classify(pod, job)
 		if !class.Done {
 			lost, wait, err := nodeLost(ctx, r.client, s.now, pod, run)
 			if err != nil || !lost {
@@ -48,7 +49,7 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 				return false, err
 			}
 			log.FromContext(ctx).Info("node lost", "node", pod.Spec.NodeName)
-			class = Classification{Done: true, Trigger: v1.TriggerNodeLost, ExitCodes: exitCodes(pod)}
+			class = podstate.Classification{Done: true, Trigger: v1.TriggerNodeLost, ExitCodes: podstate.ExitCodes(pod)}
 		}
 	}
 	node, at := "", s.now
@@ -81,7 +82,7 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 
 // applyTrigger records in st why the run's pod ended, on which node, and
 // when that was seen (in memory; the pass's status write stores it).
-func applyTrigger(st *v1.DeferRunStatus, class Classification, node string, at time.Time) {
+func applyTrigger(st *v1.DeferRunStatus, class podstate.Classification, node string, at time.Time) {
 	st.Trigger = class.Trigger
 	st.ExitCodes = class.ExitCodes
 	st.NodeName = node

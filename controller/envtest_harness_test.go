@@ -23,6 +23,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/envtest"
@@ -37,7 +38,7 @@ type harness struct {
 	t       *testing.T
 	env     *envtest.Env
 	c       client.Client
-	writes  *kt.WriteCounter
+	writes  *ct.WriteCounter
 	mu      sync.Mutex
 	stopMgr func()
 	// deferPod are the defer pod options the manager starts with.
@@ -46,7 +47,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	env := envtest.Start(t)
-	h := &harness{t: t, env: env, c: env.Client, writes: &kt.WriteCounter{},
+	h := &harness{t: t, env: env, c: env.Client, writes: &ct.WriteCounter{},
 		deferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}}
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
@@ -148,7 +149,7 @@ func (h *harness) managedJobPod(ns, name string, edit ...func(*corev1.Pod)) (*ba
 		e(pod)
 	}
 	must(h.t, h.c.Create(ctx, pod))
-	must(h.t, kt.SetRunning(ctx, h.c, pod))
+	must(h.t, ct.SetRunning(ctx, h.c, pod))
 	pvc := kt.ClaimFor(pod, v1.DefaultWorkVolumeName)
 	must(h.t, h.c.Create(ctx, pvc))
 	return job, pod

@@ -19,6 +19,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -296,7 +297,7 @@ func testCrashPoints(h *harness) {
 
 // crashScenario runs one pod from creation to release and returns the
 // manager's writes for it.
-func crashScenario(h *harness, ns, name string) []kt.Write {
+func crashScenario(h *harness, ns, name string) []ct.Write {
 	_, pod := h.managedJobPod(ns, name)
 	run := h.waitArmed(pod)
 	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 0, "Completed", corev1.PodSucceeded, "") })
@@ -318,7 +319,7 @@ func crashScenario(h *harness, ns, name string) []kt.Write {
 		err := h.get(job)
 		return job.Annotations[v1.AnnotationSummary] != "", err
 	})
-	var out []kt.Write
+	var out []ct.Write
 	for _, w := range h.writes.Writes() {
 		if strings.HasPrefix(w.Name, name) && w.Namespace == ns {
 			out = append(out, w)
@@ -345,7 +346,7 @@ func testPDB(h *harness) {
 	if ma := pdb.Spec.MinAvailable; ma == nil || ma.IntValue() != math.MaxInt32 || len(pdb.OwnerReferences) != 1 || pdb.OwnerReferences[0].Name != runs[0].Name {
 		h.t.Errorf("PDB minAvailable %v owners %+v: want MaxInt32, owned by the first run", ma, pdb.OwnerReferences)
 	}
-	if n := h.writes.Count(func(w kt.Write) bool { return w.Kind == "PodDisruptionBudget" && w.Namespace == ns }); n != 1 {
+	if n := h.writes.Count(func(w ct.Write) bool { return w.Kind == "PodDisruptionBudget" && w.Namespace == ns }); n != 1 {
 		h.t.Errorf("%d PDB writes for two defer pods, want 1", n)
 	}
 	uid := pdb.UID

@@ -17,6 +17,7 @@ import (
 	"github.com/kdefer/kdefer/api/scheme"
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	rt "github.com/kdefer/kdefer/render/testing"
 )
 
@@ -26,7 +27,7 @@ type fakeWorld struct {
 	t      *testing.T
 	c      client.Client
 	base   client.Client // the kubelet's writes: not counted
-	writes *kt.WriteCounter
+	writes *ct.WriteCounter
 	clock  *clocktesting.FakeClock
 	pod    *PodReconciler
 	run    *RunReconciler
@@ -48,7 +49,7 @@ func newFakeWorldWith(t *testing.T, funcs interceptor.Funcs, objs ...client.Obje
 		WithIndex(&v1.DeferRun{}, IndexRunJob, func(o client.Object) []string { return []string{o.(*v1.DeferRun).Spec.JobName} }).
 		WithIndex(&v1.DeferRun{}, IndexRunPolicy, func(o client.Object) []string { return []string{o.(*v1.DeferRun).Spec.PolicyName} }).
 		WithObjects(objs...).Build()
-	w := &fakeWorld{t: t, writes: &kt.WriteCounter{}, clock: clocktesting.NewFakeClock(time.Now())}
+	w := &fakeWorld{t: t, writes: &ct.WriteCounter{}, clock: clocktesting.NewFakeClock(time.Now())}
 	w.c, w.base = w.writes.Wrap(base, s), base
 	w.pod = NewPodReconciler(w.c, w.clock)
 	w.run = NewRunReconciler(w.c, w.c, nil, w.clock, DeferPodOptions{StageImage: "img"})

@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -62,7 +63,7 @@ func TestIndexedJobFailurePolicy(t *testing.T) {
 		p.Labels[batchv1.JobCompletionIndexAnnotation] = "1"
 		p.Finalizers = append(p.Finalizers, jobTrackingFinalizer)
 		must(t, h.c.Create(ctx, p))
-		must(t, kt.SetRunning(ctx, h.c, p))
+		must(t, ct.SetRunning(ctx, h.c, p))
 		must(t, h.c.Create(ctx, kt.ClaimFor(p, v1.DefaultWorkVolumeName)))
 		return p
 	}

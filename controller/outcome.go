@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -96,7 +97,7 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 	case corev1.PodFailed:
 		o.Done, o.Failed = true, true
 		o.Reason, o.Message = v1.ReasonDeferPodFailed, "defer pod failed"
-		if pod.Status.Reason == podReasonDeadlineExceeded {
+		if pod.Status.Reason == podstate.PodReasonDeadlineExceeded {
 			o.Reason, o.Message = v1.ReasonDeadlineExceeded, "the defer run's deadline passed: "+pod.Status.Message
 		} else if pod.Status.Reason != "" {
 			o.Message = fmt.Sprintf("defer pod failed: %s: %s", pod.Status.Reason, pod.Status.Message)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 	"github.com/kdefer/kdefer/render"
 )
 
@@ -68,13 +69,13 @@ type podState struct {
 	job   *batchv1.Job
 	run   *v1.DeferRun // nil until armed
 	pvcs  []*corev1.PersistentVolumeClaim
-	class Classification
+	class podstate.Classification
 }
 
 func (r *PodReconciler) reconcile(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
 	s := &podState{pod: pod}
 	s.job = jobOf(ctx, r.client, pod)
-	s.class = Classify(pod, s.job)
+	s.class = podstate.Classify(pod, s.job)
 
 	if res, err := r.loadRun(ctx, s); err != nil || !res.IsZero() {
 		return res, err // wait for the run, or for another pod's run to go
@@ -169,7 +170,7 @@ func (r *PodReconciler) loadRun(ctx context.Context, s *podState) (reconcile.Res
 }
 
 func (r *PodReconciler) loadClaims(ctx context.Context, s *podState) error {
-	for _, c := range WorkClaims(s.pod) {
+	for _, c := range podstate.WorkClaims(s.pod) {
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := r.client.Get(ctx, types.NamespacedName{Namespace: s.pod.Namespace, Name: c.ClaimName}, pvc)
 		if apierrors.IsNotFound(err) {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kdefer/kdefer/controller/podstate"
 )
 
 // refusalReasons are the pod status reasons with which a kubelet refuses to
@@ -17,7 +19,7 @@ import (
 var refusalReasons = map[string]bool{
 	// The eviction manager refuses a pod under node pressure, and evicts
 	// one (both with reason Evicted).
-	podReasonEvicted: true,
+	podstate.PodReasonEvicted: true,
 	// Admission handlers that failed (a device or topology manager, a
 	// resize in progress) or predicates the kubelet did not expect.
 	"UnexpectedAdmissionError":       true,
@@ -28,8 +30,8 @@ var refusalReasons = map[string]bool{
 	// The kubelet's critical-pod admission evicted it for a critical pod.
 	"Preempting": true,
 	// A graceful node shutdown ended it.
-	podReasonTerminated: true,
-	podReasonShutdown:   true,
+	podstate.PodReasonTerminated: true,
+	podstate.PodReasonShutdown:   true,
 }
 
 // Refusal says whether a defer pod ended because its node refused or
@@ -44,7 +46,7 @@ func Refusal(pod *corev1.Pod) (reason, message string, ok bool) {
 	}
 	reason, message = pod.Status.Reason, pod.Status.Message
 	switch {
-	case reason == podReasonEvicted && strings.Contains(message, "exceed"):
+	case reason == podstate.PodReasonEvicted && strings.Contains(message, "exceed"):
 		return "", "", false
 	case refusalReasons[reason], strings.HasPrefix(reason, "OutOf"), strings.HasPrefix(reason, "Node"):
 		return reason, message, true

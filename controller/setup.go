@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 )
 
 // Field indexes on DeferRuns.
@@ -224,7 +225,7 @@ func podEnded() handler.EventHandler {
 	}
 	done := func(o client.Object) bool {
 		p, ok := o.(*corev1.Pod)
-		return ok && Classify(p, nil).Done
+		return ok && podstate.Classify(p, nil).Done
 	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e ctrlevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -145,7 +146,7 @@ func TestBookkeepingPostponed(t *testing.T) {
 	w.clock.Step(bookkeepingDelay - time.Second)
 	w.settle()
 	statusWrites := func() int {
-		return w.writes.Count(func(wr kt.Write) bool { return wr.Kind == "DeferRun" && wr.Subresource == "status" })
+		return w.writes.Count(func(wr ct.Write) bool { return wr.Kind == "DeferRun" && wr.Subresource == "status" })
 	}
 	if got := statusWrites(); got != 0 {
 		t.Fatalf("%d status writes before the bookkeeping pass, want 0: %v", got, w.writes.Writes())
@@ -263,7 +264,7 @@ func TestPrePull(t *testing.T) {
 	if pp.Annotations[AnnotationSafeToEvict] != "true" {
 		t.Errorf("pre-pull pod annotations %v: want %s=true", pp.Annotations, AnnotationSafeToEvict)
 	}
-	if got := w.writes.Count(func(w kt.Write) bool { return w.Kind == "Pod" && w.Verb == "create" }); got != 1 {
+	if got := w.writes.Count(func(w ct.Write) bool { return w.Kind == "Pod" && w.Verb == "create" }); got != 1 {
 		t.Errorf("%d pod creates, want 1 pre-pull pod", got)
 	}
 }

@@ -4,9 +4,11 @@
 //
 //	MakePod("p", "ns").OnNode("n1").Evicted().Obj()
 //
-// a kubelet stand-in (kubelet.go) and a write counter (writes.go). Jobs and
-// DeferPolicies are built with package render/testing, the one builder of
-// each type. Only tests and test/ import it; production code never does.
+// and the kubelet's status shapes (kubelet.go). What works through a client
+// is in package clienttest, so this one stays free of controller-runtime.
+// Jobs and DeferPolicies are built with package render/testing, the one
+// builder of each type. Only tests and test/ import it; production code
+// never does.
 package testing
 
 import (

@@ -1,13 +1,11 @@
 package testing
 
 import (
-	"context"
 	"encoding/json"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/stagecontract"
@@ -17,8 +15,9 @@ import (
 // write the pod status they would, in the shapes observed on a real v1.34
 // cluster (see README.md, "Triggers", and the facts file).
 
-// SetRunning marks every main container running, phase Running.
-func SetRunning(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+// Running marks every main container running, phase Running, as the kubelet
+// reports a started pod (clienttest.SetRunning writes it).
+func Running(pod *corev1.Pod) {
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.ContainerStatuses = nil
@@ -27,7 +26,6 @@ func SetRunning(ctx context.Context, c client.Client, pod *corev1.Pod) error {
 			Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image, Ready: true, Started: ptrTrue(),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
 	}
-	return c.Status().Update(ctx, pod)
 }
 
 // Terminate ends every main container now with the exit code and reason and

@@ -19,6 +19,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/envtest"
 )
@@ -76,7 +77,7 @@ func TestBarePodDeferRun(t *testing.T) {
 			}
 
 			// Running, with its work PVC: armed.
-			must(t, kt.SetRunning(ctx, env.Client, pod))
+			must(t, ct.SetRunning(ctx, env.Client, pod))
 			must(t, env.Client.Create(ctx, kt.ClaimFor(pod, v1.DefaultWorkVolumeName)))
 			run := &v1.DeferRun{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns}}
 			eventually(t, "the DeferRun", func() (bool, error) { return true, env.Client.Get(ctx, client.ObjectKeyFromObject(run), run) })

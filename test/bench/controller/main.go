@@ -58,6 +58,7 @@ import (
 	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
 	"github.com/kdefer/kdefer/controller"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	"github.com/kdefer/kdefer/controller/webhook"
 	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/stagecontract"
@@ -152,7 +153,7 @@ func run() error {
 
 	// The manager, with its writes counted.
 	steadyN := int(steadyFor.Seconds()) * *steadyRate
-	writes := &kt.WriteCounter{Keep: func(w kt.Write) bool {
+	writes := &ct.WriteCounter{Keep: func(w ct.Write) bool {
 		// Remember only the steady phase's writes (and Jobs'): they give
 		// writes_per_run; the rest is only counted.
 		var i int
@@ -270,7 +271,7 @@ func run() error {
 		if err := c.Create(ctx, p); err != nil {
 			return err
 		}
-		if err := kt.SetRunning(ctx, c, p); err != nil {
+		if err := ct.SetRunning(ctx, c, p); err != nil {
 			return err
 		}
 		return c.Create(ctx, kt.ClaimFor(p, v1.DefaultWorkVolumeName))
@@ -490,7 +491,7 @@ func released(ctx context.Context, c client.Client, idx []int) bool {
 
 // writesPerRun: the writes on the runs' own objects, plus their share of the
 // Job summary writes.
-func writesPerRun(all []kt.Write, idx []int) float64 {
+func writesPerRun(all []ct.Write, idx []int) float64 {
 	names := map[string]bool{}
 	jobs := map[string]int{}
 	for _, i := range idx {

@@ -1,4 +1,4 @@
-package controller
+package podstate
 
 import (
 	"testing"
@@ -111,7 +111,7 @@ func TestClassify(t *testing.T) {
 				t.Errorf("Classify (-want +got):\n%s", diff)
 			}
 			// The cache keeps stripped pods: they must classify the same.
-			stripped, _ := stripPod(tc.pod.DeepCopy())
+			stripped, _ := StripPod(tc.pod.DeepCopy())
 			if diff := cmp.Diff(got, Classify(stripped.(*corev1.Pod), tc.job)); diff != "" {
 				t.Errorf("Classify of the cached (stripped) pod differs (-full +stripped):\n%s", diff)
 			}

@@ -1,4 +1,4 @@
-package controller
+package podstate
 
 import (
 	"testing"
@@ -68,7 +68,7 @@ func FuzzClassify(f *testing.F) {
 		case c.Done && !terminal && pod.DeletionTimestamp == nil:
 			t.Fatalf("done while neither terminal nor deleting: %+v", c)
 		}
-		stripped, _ := stripPod(pod.DeepCopy())
+		stripped, _ := StripPod(pod.DeepCopy())
 		if got := Classify(stripped.(*corev1.Pod), job); got.Done != c.Done || got.Trigger != c.Trigger || got.Skip != c.Skip {
 			t.Fatalf("stripped pod classifies as %+v, full as %+v", got, c)
 		}

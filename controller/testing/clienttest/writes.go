@@ -1,4 +1,4 @@
-package testing
+package clienttest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package controller
+package podstate
 
 import (
 	"strings"
@@ -28,10 +28,10 @@ type Classification struct {
 
 // Pod status reasons set by the kubelet.
 const (
-	podReasonEvicted          = "Evicted"
-	podReasonDeadlineExceeded = "DeadlineExceeded"
-	podReasonTerminated       = "Terminated" // graceful node shutdown
-	podReasonShutdown         = "Shutdown"
+	PodReasonEvicted          = "Evicted"
+	PodReasonDeadlineExceeded = "DeadlineExceeded"
+	PodReasonTerminated       = "Terminated" // graceful node shutdown
+	PodReasonShutdown         = "Shutdown"
 )
 
 // DisruptionTarget reasons (k8s.io/api/core/v1 since 1.26).
@@ -71,7 +71,7 @@ func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 	terminated, lastFinish := regularContainersTerminated(pod)
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	deleting := pod.DeletionTimestamp != nil
-	c.ExitCodes = exitCodes(pod)
+	c.ExitCodes = ExitCodes(pod)
 	if deleting && !terminal && !terminated {
 		if pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 {
 			// A forced deletion; a grace-0 delete that comes after the
@@ -94,13 +94,13 @@ func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 	switch {
 	case pod.Status.Phase == corev1.PodSucceeded && !oom:
 		c.Trigger = v1.TriggerSucceeded
-	case pod.Status.Reason == podReasonEvicted:
+	case pod.Status.Reason == PodReasonEvicted:
 		c.Trigger = v1.TriggerEvicted
 	case disruption(pod) != "":
 		c.Trigger = disruption(pod)
-	case pod.Status.Reason == podReasonDeadlineExceeded || jobDeadlineExceeded(job):
+	case pod.Status.Reason == PodReasonDeadlineExceeded || jobDeadlineExceeded(job):
 		c.Trigger = v1.TriggerDeadlineExceeded
-	case pod.Status.Reason == podReasonTerminated || pod.Status.Reason == podReasonShutdown:
+	case pod.Status.Reason == PodReasonTerminated || pod.Status.Reason == PodReasonShutdown:
 		c.Trigger = v1.TriggerNodeShutdown
 	case oom:
 		c.Trigger = v1.TriggerOOMKilled
@@ -146,7 +146,8 @@ func regularContainersTerminated(pod *corev1.Pod) (bool, time.Time) {
 	return true, last
 }
 
-func exitCodes(pod *corev1.Pod) []v1.ContainerExit {
+// ExitCodes lists how each regular container that terminated ended.
+func ExitCodes(pod *corev1.Pod) []v1.ContainerExit {
 	var out []v1.ContainerExit
 	for _, s := range pod.Status.ContainerStatuses {
 		if t := s.State.Terminated; t != nil {
