@@ -62,11 +62,8 @@ func NewRunReconciler(c client.Client, apiReader client.Reader, rec events.Event
 func (r *RunReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	run := &v1.DeferRun{}
 	if err := r.client.Get(ctx, req.NamespacedName, run); err != nil {
-		if apierrors.IsNotFound(err) {
-			if r.exp.runs.satisfied(req.NamespacedName, nil) {
-				r.exp.runs.forget(req.NamespacedName) // deleted (not just created and uncached)
-			}
-		}
+		// Not found: deleted, or created and not yet cached (the creation's
+		// expectation stays for the next pass; a deleted run's expires).
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !r.exp.runs.satisfied(req.NamespacedName, run) {

@@ -77,7 +77,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 	})
 	c := mgr.GetClient()
-	exp := newOwnWrites()
+	exp := newOwnWrites(opts.Clock.Now)
 	podRec := NewPodReconciler(c, opts.Clock)
 	podRec.exp = exp
 	if !opts.NoPrePull {
