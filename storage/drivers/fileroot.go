@@ -23,7 +23,8 @@ import (
 // forever. A stage-in source may be a volume the untrusted main container
 // wrote, so here every file is opened through an os.Root (a symlink may
 // point within the directory, never out of it) with O_NONBLOCK, and served
-// only if the opened descriptor is a regular file. Writes stay fileblob's.
+// only if the opened descriptor is a regular file. Writes are confined the
+// same way (filewrite.go).
 type fileRoot struct {
 	root *os.Root
 	// dir is the directory, for messages.
@@ -31,6 +32,9 @@ type fileRoot struct {
 	// noSidecars: writes leave no sidecar (metadata=skip), so an old one
 	// is removed before its object is replaced.
 	noSidecars bool
+	// dirMode is the mode of the directories a write creates
+	// (dir_file_mode, as fileblob).
+	dirMode fs.FileMode
 }
 
 // fileAttrsExt is the suffix of fileblob's attribute sidecars ("k.attrs"
@@ -40,12 +44,12 @@ const fileAttrsExt = ".attrs"
 // maxAttrsSize bounds what is read of a sidecar: fileblob's are ~200 bytes.
 const maxAttrsSize = 64 << 10
 
-func openFileRoot(dir string, noSidecars bool) (*fileRoot, error) {
+func openFileRoot(dir string, noSidecars bool, dirMode fs.FileMode) (*fileRoot, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars}, nil
+	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars, dirMode: dirMode}, nil
 }
 
 // dropSidecar removes key's sidecar before a write that leaves none.
@@ -58,7 +62,7 @@ func (fr *fileRoot) dropSidecar(key string) error {
 		return err
 	}
 	if err := fr.root.Remove(name + fileAttrsExt); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return &storage.Error{Class: storage.Permanent, Fix: "make the directory writable by the stage step's user", Err: fmt.Errorf("remove the stale attributes of %q: %w", key, err)}
+		return fr.writeError(key, name, fmt.Errorf("remove the stale attributes: %w", err))
 	}
 	return nil
 }
