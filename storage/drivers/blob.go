@@ -137,7 +137,7 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 
 func (bb *blobBackend) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
 	if bb.fr != nil {
-		return bb.fr.Stat(key)
+		return bb.fr.Stat(ctx, key)
 	}
 	a, err := bb.b.Attributes(ctx, key)
 	if err != nil {
@@ -151,7 +151,7 @@ func (bb *blobBackend) Stat(ctx context.Context, key string) (storage.ObjectInfo
 
 func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
 	if bb.fr != nil {
-		return bb.fr.NewReader(key, off, length)
+		return bb.fr.NewReader(ctx, key, off, length)
 	}
 	r, err := bb.b.NewRangeReader(ctx, key, off, length, nil)
 	if err != nil {
