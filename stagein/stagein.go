@@ -274,7 +274,7 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		crcWant, hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
 	}
 	// What the Lstat saw may have been swapped for a FIFO since.
-	f, ok := storage.OpenRegular(d.root, en.rel)
+	f, ok := storage.OpenRegular(ctx, d.root, en.rel)
 	if !ok {
 		return false, nil
 	}

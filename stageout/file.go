@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"syscall"
 
 	"github.com/kdefer/kdefer/storage"
 )
@@ -35,8 +34,11 @@ func (e *engine) file(ctx context.Context, pool *storage.Pool, f *file, existing
 // read opens f, stores what it holds and reports whether it changed while
 // read and should be read again (never on the last read).
 func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing map[string]int64, last bool) (bool, error) {
-	fh, err := e.open(f.rel)
+	fh, err := e.open(ctx, f.rel)
 	if err != nil {
+		if ctx.Err() != nil {
+			return false, err // the run stops: no verdict on the file
+		}
 		e.unsaved(f.rel, reasonFor(err))
 		return false, nil
 	}
@@ -89,12 +91,12 @@ func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing
 // open opens a file the walk chose, for reading only what it is now. The
 // os.Root resolves every path component itself (O_NOFOLLOW each step) and
 // refuses a symlink leading out of the directory, so a link swapped in after
-// the walk reads nothing outside. O_NONBLOCK makes the open of a FIFO swapped
-// in return at once instead of waiting for a writer forever (SIGTERM
-// included); the caller then refuses everything fstat does not call a
-// regular file. For a regular file O_NONBLOCK changes nothing.
-func (e *engine) open(rel string) (*os.File, error) {
-	return e.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// the walk reads nothing outside. storage.OpenFile opens non-blocking, so a
+// FIFO swapped in returns at once instead of waiting for a writer forever
+// (SIGTERM included), and gives up on an open that hangs all the same; the
+// caller then refuses everything fstat does not call a regular file.
+func (e *engine) open(ctx context.Context, rel string) (*os.File, error) {
+	return storage.OpenFile(ctx, e.root, rel, os.O_RDONLY)
 }
 
 // store uploads src under f.key, unless the object there has its content

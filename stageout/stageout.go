@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/kdefer/kdefer/stagecontract"
+	"github.com/kdefer/kdefer/stageout/walk"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -122,7 +123,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	e.results = newSpill(func(error) {})
 	defer e.results.close()
 	var spillErr error
-	err = walk(root, loc.Prefix, filter, o.Log, func(f file) {
+	err = walk.Walk(ctx, root, loc.Prefix, filter, o.Log, func(wf walk.File) {
+		f := file{rel: wf.Rel, key: wf.Key, encoded: wf.Encoded, size: wf.Size, mtime: wf.ModTime}
 		e.prog.FilesTotal.Add(1)
 		e.prog.BytesTotal.Add(f.size)
 		if err := files.add(fileRecord(f)); err != nil && spillErr == nil {

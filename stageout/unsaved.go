@@ -2,20 +2,19 @@ package stageout
 
 import (
 	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 
 	"github.com/kdefer/kdefer/stagecontract"
+	"github.com/kdefer/kdefer/stageout/walk"
 	"github.com/kdefer/kdefer/storage"
 )
 
 // Reasons a file is listed as unsaved. They are for people (the manifest and
 // the log), stable so that tests and runbooks can match them.
 const (
-	ReasonVanished   = "vanished after the walk"
-	ReasonNotRegular = "not a regular file"
+	ReasonVanished   = walk.ReasonVanished
+	ReasonNotRegular = walk.ReasonNotRegular
 	ReasonChanged    = "changed while read"
 )
 
@@ -24,22 +23,12 @@ const (
 var errChanged = errors.New(ReasonChanged)
 
 // reasonFor turns a local error met opening or reading a file into the
-// reason recorded for it. A permission error names the user stage-out runs
-// as, which is what the fix depends on.
+// reason recorded for it (walk.Reason, and a file that shrank while read).
 func reasonFor(err error) string {
-	var pe *fs.PathError
-	switch {
-	case errors.Is(err, errChanged):
+	if errors.Is(err, errChanged) {
 		return ReasonChanged
-	case errors.Is(err, fs.ErrNotExist):
-		return ReasonVanished
-	case errors.Is(err, fs.ErrPermission):
-		return fmt.Sprintf("permission denied (stage-out runs as uid %d, gid %d)", os.Geteuid(), os.Getegid())
-	case errors.As(err, &pe):
-		return pe.Err.Error() // the path is in the entry already
-	default:
-		return err.Error()
 	}
+	return walk.Reason(err)
 }
 
 // unsavedFile is the manifest entry for rel.
@@ -58,4 +47,12 @@ func (e *engine) unsaved(rel, reason string) {
 	e.mu.Lock()
 	e.unsavedFiles = append(e.unsavedFiles, unsavedFile(rel, reason))
 	e.mu.Unlock()
+}
+
+// unreadable annotates err, met doing op on a local file, with op; a
+// permission error also names the user stage-out runs as and the fix (the
+// defer pod runs it as the Job's containers' user only when their
+// securityContext says who that is).
+func unreadable(op string, err error) error {
+	return storage.Unreadable(op, os.Geteuid(), os.Getegid(), err)
 }

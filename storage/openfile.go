@@ -1,18 +1,74 @@
 package storage
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"syscall"
+	"time"
 )
 
+// OpenTimeout bounds one open of a local file. O_NONBLOCK keeps the open of
+// a FIFO from waiting for a writer, but an open can still hang where no
+// flag helps (a hard NFS mount whose server went away, a FUSE server that
+// does not answer, a device driver): such a file costs itself, not the
+// step's deadline.
+const OpenTimeout = 30 * time.Second
+
+// ErrOpenHung is wrapped by the error of an open given up after OpenTimeout.
+var ErrOpenHung = errors.New("no answer")
+
+// OpenFile opens name under root with flag, non-blocking (O_NONBLOCK changes
+// nothing for a regular file or a directory), and gives up when ctx ends or
+// after OpenTimeout; see openWithin. The caller checks what it opened: what
+// an earlier Lstat saw may have been swapped since.
+func OpenFile(ctx context.Context, root *os.Root, name string, flag int) (*os.File, error) {
+	return openWithin(ctx, OpenTimeout, name, func() (*os.File, error) {
+		return root.OpenFile(name, flag|syscall.O_NONBLOCK, 0)
+	})
+}
+
+// openWithin runs open aside and returns what it returns, or, once ctx ends
+// or timeout passes, ctx's error or a timeout naming name. An open given up
+// keeps its goroutine until the system call returns (nothing can interrupt
+// it), and its file is then closed: no descriptor leaks.
+func openWithin(ctx context.Context, timeout time.Duration, name string, open func() (*os.File, error)) (*os.File, error) {
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		f, err := open()
+		done <- opened{f, err}
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case o := <-done:
+		return o.f, o.err
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	go func() {
+		if o := <-done; o.f != nil {
+			o.f.Close()
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open %q: %w", name, err)
+	}
+	return nil, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w within %s", ErrOpenHung, timeout)}
+}
+
 // OpenRegular opens name under root for reading when it is a regular file
-// now, checked on the opened descriptor: what an earlier Lstat saw may have
-// been swapped since. O_NONBLOCK makes the open of a FIFO return at once
-// instead of waiting for a writer; it changes nothing for a regular file.
-// For callers to whom anything else only means "not usable" (no error to
-// report); the caller closes the file.
-func OpenRegular(root *os.Root, name string) (*os.File, bool) {
-	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// now, checked on the opened descriptor, non-blocking and bounded in time
+// (OpenFile). For callers to whom anything else only means "not usable" (no
+// error to report); the caller closes the file.
+func OpenRegular(ctx context.Context, root *os.Root, name string) (*os.File, bool) {
+	f, err := OpenFile(ctx, root, name, os.O_RDONLY)
 	if err != nil {
 		return nil, false
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -15,6 +14,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
+	"github.com/kdefer/kdefer/controller/webhook/review"
 )
 
 // ArmPVCPath serves the work-PVC arming webhook.
@@ -50,8 +50,8 @@ func (a *PVCArmer) Handle(ctx context.Context, req admission.Request) admission.
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return admission.Allowed("")
 	}
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := json.Unmarshal(req.Object.Raw, pvc); err != nil {
+	pvc, err := review.PVC(&req.AdmissionRequest)
+	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	ref := metav1.GetControllerOfNoCopy(pvc)

@@ -7,11 +7,11 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/webhook/review"
 	"github.com/kdefer/kdefer/render"
 )
 
@@ -28,14 +28,14 @@ func (h *Handlers) MutatePod(ctx context.Context, req admission.Request) admissi
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return admission.Allowed("")
 	}
-	pod := &corev1.Pod{}
-	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
+	pod, err := review.Pod(&req.AdmissionRequest)
+	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if pod.Labels[v1.LabelEnabled] != "true" || render.IsRenderedPod(pod) {
 		return admission.Allowed("")
 	}
-	log := logf.FromContext(ctx).WithValues("pod", req.Namespace+"/"+jobName(req))
+	log := logf.FromContext(ctx).WithValues("pod", req.Namespace+"/"+review.Name(&req.AdmissionRequest))
 	pol, deny := h.policyNamed(ctx, req.Namespace, pod.Annotations[v1.AnnotationPolicy])
 	if deny != nil {
 		return *deny

@@ -23,7 +23,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +33,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller/certs"
+	"github.com/kdefer/kdefer/controller/webhook/review"
 	"github.com/kdefer/kdefer/render"
 )
 
@@ -156,50 +156,6 @@ func NewHandlers(opts Options, reader client.Reader) *Handlers {
 	return &Handlers{opts: opts, reader: reader}
 }
 
-// jobUnderReview decodes the Job and says whether the request needs
-// checking: creations, and updates that change the pod template (kdefer
-// never blocks metadata or status updates, nor deletions).
-func jobUnderReview(req admission.Request) (*batchv1.Job, bool, error) {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return nil, false, nil
-	}
-	job := &batchv1.Job{}
-	if err := json.Unmarshal(req.Object.Raw, job); err != nil {
-		return nil, false, err
-	}
-	if job.Namespace == "" {
-		job.Namespace = req.Namespace
-	}
-	if job.Labels[v1.LabelEnabled] != "true" || job.DeletionTimestamp != nil {
-		return job, false, nil
-	}
-	if req.Operation == admissionv1.Update {
-		old := &batchv1.Job{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-			return nil, false, err
-		}
-		// The template of a Job is immutable (but for some fields while it
-		// is suspended): annotation changes on the Job (kdefer.io/skip,
-		// summaries) must pass untouched.
-		if equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
-			return job, false, nil
-		}
-	}
-	return job, true, nil
-}
-
-// labelAdded reports an update that opts an existing, unrendered Job in.
-func labelAdded(req admission.Request, job *batchv1.Job) bool {
-	if req.Operation != admissionv1.Update || job == nil || job.Labels[v1.LabelEnabled] != "true" {
-		return false
-	}
-	old := &batchv1.Job{}
-	if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-		return false
-	}
-	return old.Labels[v1.LabelEnabled] != "true" && job.Spec.Template.Annotations[v1.AnnotationRendered] == ""
-}
-
 // policyFor fetches the DeferPolicy a Job names, or returns a denial.
 func (h *Handlers) policyFor(ctx context.Context, job *batchv1.Job) (*v1.DeferPolicySpec, *admission.Response) {
 	name := job.Annotations[v1.AnnotationPolicy]
@@ -236,13 +192,13 @@ func denial(intro string, err error) admission.Response {
 
 // MutateJob renders an opted-in Job.
 func (h *Handlers) MutateJob(ctx context.Context, req admission.Request) admission.Response {
-	log := logf.FromContext(ctx).WithValues("job", req.Namespace+"/"+jobName(req))
-	job, review, err := jobUnderReview(req)
+	log := logf.FromContext(ctx).WithValues("job", req.Namespace+"/"+review.Name(&req.AdmissionRequest))
+	job, check, err := review.Job(&req.AdmissionRequest)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if !review {
-		if labelAdded(req, job) {
+	if !check {
+		if review.LabelAdded(&req.AdmissionRequest, job) {
 			return admission.Allowed("").WithWarnings(fmt.Sprintf("label %s was added to an existing Job: its pod template cannot change any more, so kdefer does not manage its pods; recreate the Job with the label (or pipe it through `kdefer render`)", v1.LabelEnabled))
 		}
 		return admission.Allowed("")
@@ -266,11 +222,11 @@ func (h *Handlers) MutateJob(ctx context.Context, req admission.Request) admissi
 
 // ValidateJob admits an opted-in Job only in its rendered form.
 func (h *Handlers) ValidateJob(ctx context.Context, req admission.Request) admission.Response {
-	job, review, err := jobUnderReview(req)
+	job, check, err := review.Job(&req.AdmissionRequest)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if !review {
+	if !check {
 		return admission.Allowed("")
 	}
 	pol, deny := h.policyFor(ctx, job)
@@ -281,7 +237,7 @@ func (h *Handlers) ValidateJob(ctx context.Context, req admission.Request) admis
 		return denial("kdefer cannot manage this Job", err)
 	}
 	if ok, why := render.IsRendered(job, pol, h.opts.Render); !ok {
-		logf.FromContext(ctx).Info("refused unrendered job", "job", req.Namespace+"/"+jobName(req), "reason", why)
+		logf.FromContext(ctx).Info("refused unrendered job", "job", req.Namespace+"/"+review.Name(&req.AdmissionRequest), "reason", why)
 		return admission.Denied(fmt.Sprintf("the Job carries label %s=true but is not rendered by kdefer: %s; fix: make sure kdefer's mutating webhook runs for it (and that no later webhook undoes its changes), or render it with `kdefer render -f job.yaml`", v1.LabelEnabled, why))
 	}
 	return admission.Allowed("")
@@ -293,8 +249,8 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	p := &v1.DeferPolicy{}
-	if err := json.Unmarshal(req.Object.Raw, p); err != nil {
+	p, err := review.Policy(&req.AdmissionRequest)
+	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	errs := v1.ValidateDeferPolicySpec(&p.Spec, field.NewPath("spec"))
@@ -309,18 +265,4 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 		return admission.Denied(fmt.Sprintf("DeferPolicy %s is invalid:\n- %s", p.Name, strings.Join(msgs, "\n- ")))
 	}
 	return admission.Allowed("").WithWarnings(render.PolicyWarnings(&p.Spec)...)
-}
-
-func jobName(req admission.Request) string {
-	if req.Name != "" {
-		return req.Name
-	}
-	var m struct {
-		Metadata struct{ Name, GenerateName string } `json:"metadata"`
-	}
-	_ = json.Unmarshal(req.Object.Raw, &m)
-	if m.Metadata.Name != "" {
-		return m.Metadata.Name
-	}
-	return m.Metadata.GenerateName + "*"
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"gocloud.dev/blob"
@@ -25,8 +27,8 @@ import (
 // the Azure default credential chain); none are ever read from the URL.
 type blobBackend struct {
 	b *blob.Bucket
-	// fr serves file:// reads confined to the directory (fileroot.go);
-	// nil for the other schemes.
+	// fr serves file:// confined to the directory (fileroot.go,
+	// filewrite.go); nil for the other schemes.
 	fr *fileRoot
 }
 
@@ -41,9 +43,10 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 	var u string
 	switch loc.Scheme {
 	case "file":
-		// Temporary files next to the final object: the rename that
-		// publishes an object is then atomic on the same filesystem, and a
-		// crash leaves no half-written object behind a real name.
+		// Writes are kdefer's (filewrite.go): temporary files are always
+		// next to the final object, inside the directory, so the rename
+		// that publishes an object is atomic and confined whatever
+		// no_tmp_dir says; it is still set for the bucket fileblob opens.
 		if !q.Has("no_tmp_dir") {
 			q.Set("no_tmp_dir", "true")
 		}
@@ -75,7 +78,7 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 	}
 	bb := &blobBackend{b: b}
 	if loc.Scheme == "file" {
-		if bb.fr, err = openFileRoot(loc.Bucket, q.Get("metadata") == "skip"); err != nil {
+		if bb.fr, err = openFileRoot(loc.Bucket, q.Get("metadata") == "skip", dirMode(q.Get("dir_file_mode"))); err != nil {
 			b.Close()
 			return nil, &storage.Error{Class: storage.Permanent, Op: "open " + loc.String(), Fix: "fix the directory in the URL", Err: err}
 		}
@@ -83,15 +86,26 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 	return bb, nil
 }
 
+// dirMode parses dir_file_mode as fileblob does (which has refused a
+// malformed one when the bucket was opened): 0777 by default.
+func dirMode(s string) fs.FileMode {
+	m, err := strconv.ParseUint(s, 0, 32)
+	if s == "" || err != nil {
+		return 0o777
+	}
+	return fs.FileMode(m)
+}
+
 // stripURL removes the full URL (with its query) from a driver message.
 func stripURL(msg, u string) string { return strings.ReplaceAll(msg, u, storage.Redact(u)) }
 
 func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
 	if bb.fr != nil {
-		// A sidecar an earlier run left would describe the old content.
-		if err := bb.fr.dropSidecar(key); err != nil {
+		crc, err := bb.fr.Put(ctx, key, src, size, storage.PutOptions{ContentType: cmp.Or(opts.ContentType, storage.DefaultContentType), Progress: opts.Progress})
+		if err != nil {
 			return 0, bb.wrap(err)
 		}
+		return crc, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // cancelling before Close aborts the write: no partial object
@@ -123,7 +137,7 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 
 func (bb *blobBackend) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
 	if bb.fr != nil {
-		return bb.fr.Stat(key)
+		return bb.fr.Stat(ctx, key)
 	}
 	a, err := bb.b.Attributes(ctx, key)
 	if err != nil {
@@ -137,7 +151,7 @@ func (bb *blobBackend) Stat(ctx context.Context, key string) (storage.ObjectInfo
 
 func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
 	if bb.fr != nil {
-		return bb.fr.NewReader(key, off, length)
+		return bb.fr.NewReader(ctx, key, off, length)
 	}
 	r, err := bb.b.NewRangeReader(ctx, key, off, length, nil)
 	if err != nil {
@@ -172,6 +186,9 @@ func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(storage.
 }
 
 func (bb *blobBackend) Delete(ctx context.Context, key string) error {
+	if bb.fr != nil {
+		return bb.fr.Delete(key)
+	}
 	err := bb.b.Delete(ctx, key)
 	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 		return bb.wrap(err)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/kdefer/kdefer/storage"
 )
@@ -23,7 +22,8 @@ import (
 // forever. A stage-in source may be a volume the untrusted main container
 // wrote, so here every file is opened through an os.Root (a symlink may
 // point within the directory, never out of it) with O_NONBLOCK, and served
-// only if the opened descriptor is a regular file. Writes stay fileblob's.
+// only if the opened descriptor is a regular file. Writes are confined the
+// same way (filewrite.go).
 type fileRoot struct {
 	root *os.Root
 	// dir is the directory, for messages.
@@ -31,6 +31,9 @@ type fileRoot struct {
 	// noSidecars: writes leave no sidecar (metadata=skip), so an old one
 	// is removed before its object is replaced.
 	noSidecars bool
+	// dirMode is the mode of the directories a write creates
+	// (dir_file_mode, as fileblob).
+	dirMode fs.FileMode
 }
 
 // fileAttrsExt is the suffix of fileblob's attribute sidecars ("k.attrs"
@@ -40,12 +43,12 @@ const fileAttrsExt = ".attrs"
 // maxAttrsSize bounds what is read of a sidecar: fileblob's are ~200 bytes.
 const maxAttrsSize = 64 << 10
 
-func openFileRoot(dir string, noSidecars bool) (*fileRoot, error) {
+func openFileRoot(dir string, noSidecars bool, dirMode fs.FileMode) (*fileRoot, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars}, nil
+	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars, dirMode: dirMode}, nil
 }
 
 // dropSidecar removes key's sidecar before a write that leaves none.
@@ -58,7 +61,7 @@ func (fr *fileRoot) dropSidecar(key string) error {
 		return err
 	}
 	if err := fr.root.Remove(name + fileAttrsExt); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return &storage.Error{Class: storage.Permanent, Fix: "make the directory writable by the stage step's user", Err: fmt.Errorf("remove the stale attributes of %q: %w", key, err)}
+		return fr.writeError(key, name, fmt.Errorf("remove the stale attributes: %w", err))
 	}
 	return nil
 }
@@ -75,15 +78,22 @@ func (fr *fileRoot) name(key string) (string, error) {
 
 // open opens key's file for reading; it refuses anything but a regular file
 // inside the directory, naming the key.
-func (fr *fileRoot) open(key string) (*os.File, fs.FileInfo, error) {
+func (fr *fileRoot) open(ctx context.Context, key string) (*os.File, fs.FileInfo, error) {
 	name, err := fr.name(key)
 	if err != nil {
 		return nil, nil, err
 	}
-	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-	// writer; it has no effect on regular files.
-	f, err := fr.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// Non-blocking (opening a FIFO for reading would otherwise wait for a
+	// writer) and bounded in time (storage.OpenFile).
+	f, err := storage.OpenFile(ctx, fr.root, name, os.O_RDONLY)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, err
+		}
+		if errors.Is(err, storage.ErrOpenHung) {
+			// A stalled mount may answer again: worth a retry.
+			return nil, nil, &storage.Error{Class: storage.Transient, Err: fmt.Errorf("open %q: %w", key, err)}
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, storage.NotExist(key)
 		}
@@ -144,8 +154,8 @@ func fileKind(m fs.FileMode) string {
 
 // md5 returns the MD5 fileblob recorded for the file name, or nil: a missing,
 // unreadable or malformed sidecar only means no checksum is known.
-func (fr *fileRoot) md5(name string) []byte {
-	f, ok := storage.OpenRegular(fr.root, name+fileAttrsExt)
+func (fr *fileRoot) md5(ctx context.Context, name string) []byte {
+	f, ok := storage.OpenRegular(ctx, fr.root, name+fileAttrsExt)
 	if !ok {
 		return nil
 	}
@@ -163,14 +173,14 @@ func (fr *fileRoot) md5(name string) []byte {
 // default: no sidecars are written), the CRC32C of its content, read now:
 // the file is the object, so its checksum is the store's word, and Stat is
 // only called to decide a skip, which reads the other side anyway.
-func (fr *fileRoot) Stat(key string) (storage.ObjectInfo, error) {
-	f, fi, err := fr.open(key)
+func (fr *fileRoot) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
+	f, fi, err := fr.open(ctx, key)
 	if err != nil {
 		return storage.ObjectInfo{}, err
 	}
 	defer f.Close()
 	name, _ := fr.name(key)
-	oi := storage.ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), MD5: fr.md5(name)}
+	oi := storage.ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), MD5: fr.md5(ctx, name)}
 	if oi.MD5 == nil && fi.Size() > 0 {
 		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 		if _, err := storage.CopyBuffer(crc, f); err != nil {
@@ -186,15 +196,15 @@ type fileReader struct {
 	io.Closer
 }
 
-func (fr *fileRoot) NewReader(key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
-	f, fi, err := fr.open(key)
+func (fr *fileRoot) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
+	f, fi, err := fr.open(ctx, key)
 	if err != nil {
 		return nil, storage.ObjectInfo{}, err
 	}
 	oi := storage.ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
 	if off == 0 && length < 0 {
 		name, _ := fr.name(key)
-		oi.MD5 = fr.md5(name)
+		oi.MD5 = fr.md5(ctx, name)
 	}
 	if off > 0 {
 		if _, err := f.Seek(off, io.SeekStart); err != nil {
@@ -254,7 +264,7 @@ func (fr *fileRoot) List(ctx context.Context, prefix string, fn func(storage.Obj
 		case !fi.Mode().IsRegular():
 			oi.Refused = fr.notRegular(key, fi.Mode())
 		default:
-			oi.Size, oi.ModTime, oi.MD5 = fi.Size(), fi.ModTime(), fr.md5(name)
+			oi.Size, oi.ModTime, oi.MD5 = fi.Size(), fi.ModTime(), fr.md5(ctx, name)
 		}
 		return fn(oi)
 	})

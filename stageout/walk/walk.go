@@ -1,22 +1,64 @@
-package stageout
+// Package walk lists the files a stage-out uploads from a directory that
+// untrusted code wrote: names of any bytes, links, FIFOs, devices, unreadable
+// entries. It is apart from package stageout, and depends on the storage core
+// alone, so that its fuzz target builds without the storage drivers and
+// their SDKs (a fuzz build instruments every package it compiles).
+package walk
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/kdefer/kdefer/storage"
 )
 
+// Reasons a file is listed as unsaved. They are for people (the manifest and
+// the log), stable so that tests and runbooks can match them.
+const (
+	ReasonVanished   = "vanished after the walk"
+	ReasonNotRegular = "not a regular file"
+)
+
+// File is a file the walk chose: its path relative to the root, its object
+// key, and what Lstat (or, for a link, Stat) said of it.
+type File struct {
+	Rel, Key string
+	Encoded  bool // Key is not Rel (storage.EncodeName)
+	Size     int64
+	ModTime  time.Time
+}
+
+// Reason turns a local error met opening or reading a file into the reason
+// recorded for it. A permission error names the user stage-out runs as,
+// which is what the fix depends on.
+func Reason(err error) string {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return ReasonVanished
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("permission denied (stage-out runs as uid %d, gid %d)", os.Geteuid(), os.Getegid())
+	case errors.As(err, &pe):
+		return pe.Err.Error() // the path is in the entry already
+	default:
+		return err.Error()
+	}
+}
+
 // walkBatch is how many directory entries are read at once: a directory of
 // a million files is listed in bounded memory.
 const walkBatch = 1024
 
-// walk calls emit for every regular file under root the filter chooses, and
+// Walk calls emit for every regular file under root the filter chooses, and
 // skip for what it chose but cannot stage (unreadable directories, special
 // files, names the store cannot hold) with the reason: one bad entry must
 // not cost the others. Only an unreadable root is an error.
@@ -27,20 +69,23 @@ const walkBatch = 1024
 // to regular files inside root; symlinked directories are not followed (no
 // loops, no escapes). Entries come in directory order, not sorted: sorting
 // would hold a whole directory in memory.
-func walk(root *os.Root, prefix string, filter *storage.Filter, log zerolog.Logger, emit func(file), skip func(rel, reason string)) error {
+func Walk(ctx context.Context, root *os.Root, prefix string, filter *storage.Filter, log zerolog.Logger, emit func(File), skip func(rel, reason string)) error {
 	w := &walker{root: root, prefix: prefix, filter: filter, log: log, emit: emit, skip: skip}
 	dirs := []string{"."}
 	for len(dirs) > 0 {
 		dir := dirs[len(dirs)-1]
 		dirs = dirs[:len(dirs)-1]
-		sub, err := w.dir(dir)
+		sub, err := w.dir(ctx, dir)
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("walk %s: %w", strconv.Quote(root.Name()), cerr)
+		}
 		if err != nil && dir == "." {
-			return unreadable("walk "+strconv.Quote(root.Name()), err)
+			return storage.Unreadable("walk "+strconv.Quote(root.Name()), os.Geteuid(), os.Getegid(), err)
 		}
 		if err != nil {
 			// A directory that cannot be listed loses what it holds, but
 			// only that; whether it held chosen files is not known.
-			skip(dir, reasonFor(err))
+			skip(dir, Reason(err))
 		}
 		for k := len(sub) - 1; k >= 0; k-- { // first subdirectory first
 			dirs = append(dirs, sub[k])
@@ -54,13 +99,16 @@ type walker struct {
 	prefix string
 	filter *storage.Filter
 	log    zerolog.Logger
-	emit   func(file)
+	emit   func(File)
 	skip   func(rel, reason string)
 }
 
-// dir visits the entries of dir and returns its subdirectories.
-func (w *walker) dir(dir string) ([]string, error) {
-	f, err := w.root.Open(dir)
+// dir visits the entries of dir and returns its subdirectories. It opens
+// dir as a directory only (O_DIRECTORY), non-blocking and bounded in time
+// (storage.OpenFile): a directory swapped for a FIFO after its parent was
+// listed is refused at once instead of blocking the walk for good.
+func (w *walker) dir(ctx context.Context, dir string) ([]string, error) {
+	f, err := storage.OpenFile(ctx, w.root, dir, os.O_RDONLY|syscall.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}
@@ -95,13 +143,13 @@ func (w *walker) entry(p string, d fs.DirEntry) {
 	}
 	info, err := d.Info()
 	if err != nil {
-		w.skip(p, reasonFor(err))
+		w.skip(p, Reason(err))
 		return
 	}
 	if d.Type()&fs.ModeSymlink != 0 {
 		target, err := w.root.Stat(p)
 		if errors.Is(err, fs.ErrPermission) {
-			w.skip(p, reasonFor(err)) // not missing: unreadable
+			w.skip(p, Reason(err)) // not missing: unreadable
 			return
 		}
 		if err != nil {
@@ -122,13 +170,5 @@ func (w *walker) entry(p string, d fs.DirEntry) {
 		w.skip(p, err.Error())
 		return
 	}
-	w.emit(file{rel: p, key: key, encoded: encoded, size: info.Size(), mtime: info.ModTime()})
-}
-
-// unreadable annotates err, met doing op on a local file, with op; a
-// permission error also names the user stage-out runs as and the fix (the
-// defer pod runs it as the Job's containers' user only when their
-// securityContext says who that is).
-func unreadable(op string, err error) error {
-	return storage.Unreadable(op, os.Geteuid(), os.Getegid(), err)
+	w.emit(File{Rel: p, Key: key, Encoded: encoded, Size: info.Size(), ModTime: info.ModTime()})
 }
