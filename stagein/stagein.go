@@ -155,7 +155,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		Int64("files", prog.FilesTotal.Load()).Int64("bytes", prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-in")
 	pctx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
-	go prog.Run(pctx, o.Log, o.ProgressInterval)
+	go o.ReportProgress(pctx, prog)
 
 	d := &downloader{o: o, be: be, root: root, prog: prog}
 	pool := storage.NewPool(ctx, o.Concurrency)

@@ -184,7 +184,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	pctx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
-	go e.prog.Run(pctx, o.Log, o.ProgressInterval)
+	go o.ReportProgress(pctx, e.prog)
 
 	if err := e.each(ctx, files, loc.Prefix, existing); err != nil {
 		return Result{}, err
