@@ -35,6 +35,18 @@ func VersityGW(t *testing.T) Harness {
 	return Harness{URL: func(*testing.T) string { return s3server.S3URL(addr, bucket, uniq()+"/") }}
 }
 
+// GoFakeS3 is gofakes3, an S3 implementation independent of the other two,
+// in process (s3server.StartGoFakeS3 says how it differs). It runs the
+// conformance suite (storage/drivers); it joins Stores, and so the engines'
+// suites, once that suite is seen passing against it.
+func GoFakeS3(t *testing.T) Harness {
+	addr := s3server.StartGoFakeS3(t)
+	s3server.SetCredentials(t)
+	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
+	s3server.MakeBucket(t, addr, bucket)
+	return Harness{URL: func(*testing.T) string { return s3server.GoFakeS3URL(addr, bucket, uniq()+"/") }}
+}
+
 // MinIO is a real MinIO server ($KDEFER_MINIO) started for the test; the
 // test is skipped without it unless KDEFER_REQUIRE_TOOLS=1.
 func MinIO(t *testing.T) Harness {
