@@ -105,6 +105,12 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		if so.Overwrite {
 			args = append(args, "--overwrite") // replace an earlier attempt's outputs (stageout.Options.Overwrite)
 		}
+		if so.RequireFiles {
+			args = append(args, "--require-files") // no file chosen fails the step (stageout.Options.RequireFiles)
+		}
+		for _, c := range so.Checksums {
+			args = append(args, "--checksums", string(c))
+		}
 		args = append(args, "--log-format", "json")
 		c := corev1.Container{
 			Name:                     v1.StageOutStepName,

@@ -61,9 +61,29 @@ type ManifestFile struct {
 	Path string `json:"path,omitempty"`
 	Size int64  `json:"size"`
 	// Checksum is the object's CRC32C as "crc32c:" and 8 lowercase hex digits.
-	Checksum string    `json:"checksum"`
-	ModTime  time.Time `json:"mtime"`
+	Checksum string `json:"checksum"`
+	// Checksums holds the checksums asked for besides CRC32C
+	// (ManifestChecksums: kdefer-stage out --checksums, the policy's
+	// stageOut.checksums), by algorithm, in lowercase hex as data
+	// catalogues register them: adler32 8 digits (Rucio), md5 32, sha256
+	// 64. They are computed in the pass that uploads the file and verified
+	// by stage-in. Absent when none was asked for, so a manifest without
+	// them is read by every kdefer-stage.
+	Checksums map[string]string `json:"checksums,omitempty"`
+	ModTime   time.Time         `json:"mtime"`
 }
+
+// The checksums a manifest records on request, besides CRC32C (the keys of
+// ManifestFile.Checksums).
+const (
+	ChecksumAdler32 = "adler32"
+	ChecksumMD5     = "md5"
+	ChecksumSHA256  = "sha256"
+)
+
+// ManifestChecksums are the checksums a stage-out can be asked to record,
+// in documentation order.
+var ManifestChecksums = []string{ChecksumAdler32, ChecksumMD5, ChecksumSHA256}
 
 // Marshal encodes the manifest (indented: people read it).
 func (m *Manifest) Marshal() ([]byte, error) {

@@ -3,7 +3,6 @@ package stagein
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"strconv"
@@ -23,7 +22,7 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 			return d.be.Stat(ctx, en.key)
 		})
 		if err == nil {
-			err = verify(en, storage.ObjectInfo{Size: oi.Size}, en.size, 0, nil)
+			err = verify(en, storage.ObjectInfo{Size: oi.Size}, en.size, storage.Sums{})
 		}
 		if err != nil {
 			return storage.WithOp("stat "+strconv.Quote(en.key), err)
@@ -33,7 +32,10 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 		return storage.WithOp("allocate "+strconv.Quote(en.rel), err)
 	}
 	n := int((en.size + rangeSize - 1) / rangeSize)
-	crcs := make([]uint32, n)
+	// Each range computes what combines (CRC32C, Adler-32); MD5 and
+	// SHA-256 need the bytes in order, so the file is read back once.
+	set := hashes(en, oi)
+	sums := make([]storage.Sums, n)
 	errs := make([]error, n)
 	fns := make([]func(context.Context), n)
 	for i := range n {
@@ -49,8 +51,8 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 				}
 				r = storage.ContextReader(ctx, r)
 				defer r.Close()
-				crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-				w := io.MultiWriter(io.NewOffsetWriter(f, off), crc, moved)
+				h := storage.NewHasher(set & storage.Combinable)
+				w := io.MultiWriter(io.NewOffsetWriter(f, off), h, moved)
 				m, err := storage.CopyBuffer(w, r)
 				if err != nil {
 					return err
@@ -63,7 +65,7 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 				if m != size {
 					return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("range at %d: got %d bytes, want %d", off, m, size)}
 				}
-				crcs[i] = crc.Sum32()
+				sums[i] = h.Sums()
 				return nil
 			})
 		}
@@ -75,20 +77,21 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 	if err := ctx.Err(); err != nil {
 		return storage.WithOp("download "+strconv.Quote(en.key), err)
 	}
-	crc := crcs[0]
+	got := sums[0]
 	for i := 1; i < n; i++ {
-		crc = storage.CombineCRC32C(crc, crcs[i], min(int64(rangeSize), en.size-int64(i)*rangeSize))
+		got = got.Combine(sums[i], min(int64(rangeSize), en.size-int64(i)*rangeSize))
 	}
 	// A manifest mismatch over a whole large file is transient (fetching
 	// it again as one stream would cost as much as the retry).
-	var md5sum []byte
-	if needMD5(en, oi) {
-		var err error
-		if md5sum, err = fileMD5(f); err != nil {
+	if serial := set &^ storage.Combinable; serial != 0 {
+		back, err := fileSums(f, serial)
+		if err != nil {
 			return storage.WithOp("read back "+strconv.Quote(en.rel), err)
 		}
+		got.Set |= serial
+		got.MD5, got.SHA256 = back.MD5, back.SHA256
 	}
-	return storage.WithOp("download "+strconv.Quote(en.key), verify(en, oi, en.size, crc, md5sum))
+	return storage.WithOp("download "+strconv.Quote(en.key), verify(en, oi, en.size, got))
 }
 
 func firstErr(errs []error) error {

@@ -11,13 +11,9 @@
 package stagein
 
 import (
-	"bytes"
 	"context"
-	"crypto/md5"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -63,7 +59,8 @@ type entry struct {
 	key, rel string
 	size     int64
 	crc      uint32
-	hasCRC   bool // crc is known in advance (manifest)
+	hasCRC   bool         // crc is known in advance (manifest)
+	extra    storage.Sums // the manifest's optional checksums
 }
 
 // Run performs the stage-in.
@@ -100,9 +97,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.ManifestURL = loc.KeyURL(mkey)
 		for _, f := range m.Files {
 			crc, _ := storage.ParseChecksum(f.Checksum) // validated by ParseManifest
+			extra, _ := storage.ParseExtra(f.Checksums)
 			// A name the store could not hold is restored as it was
 			// (ParseManifest checked that it stays inside the tree).
-			entries = append(entries, entry{key: loc.Prefix + f.Key, rel: storage.NameOf(f), size: f.Size, crc: crc, hasCRC: true})
+			entries = append(entries, entry{key: loc.Prefix + f.Key, rel: storage.NameOf(f), size: f.Size, crc: crc, hasCRC: true, extra: extra})
 		}
 	} else {
 		err = o.Retry.Do(ctx, func(ctx context.Context) error {
@@ -157,7 +155,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		Int64("files", prog.FilesTotal.Load()).Int64("bytes", prog.BytesTotal.Load()).Int("concurrency", o.Concurrency).Msg("start stage-in")
 	pctx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
-	go prog.Run(pctx, o.Log, o.ProgressInterval)
+	go o.ReportProgress(pctx, prog)
 
 	d := &downloader{o: o, be: be, root: root, prog: prog}
 	pool := storage.NewPool(ctx, o.Concurrency)
@@ -260,9 +258,10 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 	if en.size == 0 {
 		return true, nil
 	}
-	crcWant, hasCRC, md5Want := en.crc, en.hasCRC, []byte(nil)
+	oi := storage.ObjectInfo{}
 	if !en.hasCRC {
-		oi, err := storage.RetryValue(ctx, d.o.Retry, func(ctx context.Context) (storage.ObjectInfo, error) {
+		var err error
+		oi, err = storage.RetryValue(ctx, d.o.Retry, func(ctx context.Context) (storage.ObjectInfo, error) {
 			return d.be.Stat(ctx, en.key)
 		})
 		if err != nil {
@@ -271,7 +270,6 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		if oi.Size != en.size || (!oi.HasCRC32C && oi.MD5 == nil) {
 			return false, nil
 		}
-		crcWant, hasCRC, md5Want = oi.CRC32C, oi.HasCRC32C, oi.MD5
 	}
 	// What the Lstat saw may have been swapped for a FIFO since.
 	f, ok := storage.OpenRegular(ctx, d.root, en.rel)
@@ -279,15 +277,12 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		return false, nil
 	}
 	defer f.Close()
-	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	h := md5.New()
-	if _, err := storage.CopyBuffer(io.MultiWriter(crc, h, d.prog.Verifying()), f); err != nil {
+	h := storage.NewHasher(hashes(en, oi))
+	n, err := storage.CopyBuffer(io.MultiWriter(h, d.prog.Verifying()), f)
+	if err != nil {
 		return false, nil
 	}
-	if hasCRC {
-		return crc.Sum32() == crcWant, nil
-	}
-	return bytes.Equal(h.Sum(nil), md5Want), nil
+	return verify(en, oi, n, h.Sums()) == nil, nil
 }
 
 func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
@@ -306,22 +301,12 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		}
 		r = storage.ContextReader(ctx, r)
 		defer r.Close()
-		crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-		w := io.MultiWriter(f, crc, moved)
-		var h hash.Hash
-		if needMD5(en, oi) {
-			h = md5.New()
-			w = io.MultiWriter(w, h)
-		}
-		n, err := storage.CopyBuffer(w, r)
+		h := storage.NewHasher(hashes(en, oi))
+		n, err := storage.CopyBuffer(io.MultiWriter(f, h, moved), r)
 		if err != nil {
 			return err
 		}
-		var md5sum []byte
-		if h != nil {
-			md5sum = h.Sum(nil)
-		}
-		return verify(en, oi, n, crc.Sum32(), md5sum)
+		return verify(en, oi, n, h.Sums())
 	})
 	return storage.WithOp("download "+strconv.Quote(en.key), err)
 }

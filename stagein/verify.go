@@ -2,7 +2,6 @@ package stagein
 
 import (
 	"bytes"
-	"crypto/md5"
 	"errors"
 	"fmt"
 	"io"
@@ -16,28 +15,36 @@ var errChecksum = errors.New("checksum mismatch")
 // corruptFix is the fix of an object that is not what its store says.
 const corruptFix = "restore the object, or rerun the stage-out that wrote it"
 
-// needMD5 reports whether an object read without a manifest can only be
-// checked by the MD5 its store offers (no CRC32C): only then is one
-// computed, as it costs more CPU than the copy.
-func needMD5(en *entry, oi storage.ObjectInfo) bool {
-	return !en.hasCRC && !oi.HasCRC32C && oi.MD5 != nil
+// hashes returns the checksums a download of en computes: CRC32C always,
+// the optional ones its manifest entry records, and MD5 for an object read
+// without a manifest whose store offers an MD5 but no CRC32C (only then: it
+// costs more CPU than the copy).
+func hashes(en *entry, oi storage.ObjectInfo) storage.Checksums {
+	set := storage.CRC32C | en.extra.Set
+	if !en.hasCRC && !oi.HasCRC32C && oi.MD5 != nil {
+		set |= storage.MD5
+	}
+	return set
 }
 
-// verify checks n bytes read, with CRC32C crc and MD5 md5sum (nil unless
-// needMD5), against what is known of the object. A manifest always decides
-// when there is one, and a mismatch with it is retried: the object may be
-// being replaced by a rerun of the stage-out. Without one the store's own
-// word decides — the size it listed and sent, its CRC32C, else its MD5 —
-// and a mismatch is permanent: the stored object is corrupt or truncated,
-// which no retry mends, and a stage-in that wrote it anyway would hand the
-// job wrong inputs with exit 0.
-func verify(en *entry, oi storage.ObjectInfo, n int64, crc uint32, md5sum []byte) error {
+// verify checks n bytes read, with checksums got (hashes' set), against
+// what is known of the object. A manifest always decides when there is one
+// (its CRC32C and whichever optional checksums it records), and a mismatch
+// with it is retried: the object may be being replaced by a rerun of the
+// stage-out. Without one the store's own word decides — the size it listed
+// and sent, its CRC32C, else its MD5 — and a mismatch is permanent: the
+// stored object is corrupt or truncated, which no retry mends, and a
+// stage-in that wrote it anyway would hand the job wrong inputs with exit 0.
+func verify(en *entry, oi storage.ObjectInfo, n int64, got storage.Sums) error {
 	if en.hasCRC {
 		if n != en.size {
 			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("got %d bytes, manifest says %d", n, en.size)}
 		}
-		if crc != en.crc {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: got crc32c:%08x, want crc32c:%08x", errChecksum, crc, en.crc)}
+		want := en.extra
+		want.Set |= storage.CRC32C
+		want.CRC32C = en.crc
+		if m := got.Mismatch(want); m != "" {
+			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: %s (the manifest's)", errChecksum, m)}
 		}
 		return nil
 	}
@@ -46,20 +53,21 @@ func verify(en *entry, oi storage.ObjectInfo, n int64, crc uint32, md5sum []byte
 		return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("size mismatch: read %d bytes, the store lists %d", n, en.size)}
 	case n != oi.Size:
 		return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("size mismatch: read %d bytes, the store says %d", n, oi.Size)}
-	case oi.HasCRC32C && crc != oi.CRC32C:
-		return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("%w: read crc32c:%08x, the store has crc32c:%08x", errChecksum, crc, oi.CRC32C)}
-	case needMD5(en, oi) && !bytes.Equal(md5sum, oi.MD5):
-		return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("%w: read md5:%x, the store has md5:%x", errChecksum, md5sum, oi.MD5)}
+	case oi.HasCRC32C && got.CRC32C != oi.CRC32C:
+		return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("%w: read crc32c:%08x, the store has crc32c:%08x", errChecksum, got.CRC32C, oi.CRC32C)}
+	case got.Set&storage.MD5 != 0 && !bytes.Equal(got.MD5, oi.MD5):
+		return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("%w: read md5:%x, the store has md5:%x", errChecksum, got.MD5, oi.MD5)}
 	}
 	return nil
 }
 
-// fileMD5 returns the MD5 of f's content (a large file downloaded in ranges,
-// whose store offers an MD5 but no CRC32C: a second read of the local file).
-func fileMD5(f *os.File) ([]byte, error) {
-	h := md5.New()
+// fileSums returns the checksums set of f's content: a large file
+// downloaded in parallel ranges, for the checksums that do not combine
+// (MD5, SHA-256), is read back once from the local file.
+func fileSums(f *os.File, set storage.Checksums) (storage.Sums, error) {
+	h := storage.NewHasher(set)
 	if _, err := storage.CopyBuffer(h, io.NewSectionReader(f, 0, 1<<62)); err != nil {
-		return nil, err
+		return storage.Sums{}, err
 	}
-	return h.Sum(nil), nil
+	return h.Sums(), nil
 }

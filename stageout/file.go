@@ -3,10 +3,8 @@ package stageout
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"strconv"
@@ -102,10 +100,22 @@ func (e *engine) open(ctx context.Context, rel string) (*os.File, error) {
 // store uploads src under f.key, unless the object there has its content
 // already; it reports whether it skipped.
 func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *file, sameSize bool) (bool, error) {
+	var partSize int64
+	if e.mp != nil {
+		partSize = e.mp.PartSize(f.size)
+	}
+	if !e.o.DryRun {
+		// Whichever pass reads the file (the skip check or the upload)
+		// computes the optional checksums.
+		src.sums = newSums(e.o.Checksums, f.size, partSize)
+	}
 	if sameSize {
 		skip, err := e.alreadyStored(ctx, src, f)
 		if err != nil || skip {
 			e.wouldSkip(f, skip)
+			if err == nil {
+				err = e.result(src, f)
+			}
 			return skip, err
 		}
 	}
@@ -116,10 +126,11 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 	if err := e.beforeWrite(ctx); err != nil {
 		return false, err
 	}
-	if e.mp != nil {
-		if ps := e.mp.PartSize(f.size); ps > 0 {
-			return false, e.multipart(ctx, pool, src, f, ps)
+	if partSize > 0 {
+		if err := e.multipart(ctx, pool, src, f, partSize); err != nil {
+			return false, err
 		}
+		return false, e.result(src, f)
 	}
 	moved := e.prog.Attempt()
 	err := e.retry(ctx, src, func(ctx context.Context) error {
@@ -128,7 +139,24 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 		f.crc = crc
 		return err
 	})
-	return false, storage.WithOp("upload "+strconv.Quote(f.rel), err)
+	if err != nil {
+		return false, storage.WithOp("upload "+strconv.Quote(f.rel), err)
+	}
+	return false, e.result(src, f)
+}
+
+// result records the optional checksums the read computed. A read that
+// fails here is src's failure (the file's), which the caller handles.
+func (e *engine) result(src *source, f *file) error {
+	sums, reread, err := src.sums.result(src)
+	if reread > 0 {
+		e.o.Log.Warn().Str("path", storage.ManifestPath(f.rel)).Int64("bytes", reread).Msg("read file again for its checksums: the store read it out of order")
+	}
+	if err != nil && src.failure() == nil {
+		return storage.WithOp("checksum "+strconv.Quote(f.rel), err)
+	}
+	f.sums = sums
+	return nil
 }
 
 // alreadyStored reports whether the object at f.key has f's content: same
@@ -154,18 +182,18 @@ func (e *engine) alreadyStored(ctx context.Context, src *source, f *file) (bool,
 	if !oi.HasCRC32C && oi.MD5 == nil {
 		return false, nil
 	}
-	h := md5.New()
-	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	w := io.MultiWriter(crc, e.prog.Verifying())
+	set := storage.CRC32C
 	if !oi.HasCRC32C {
-		w = io.MultiWriter(crc, h, e.prog.Verifying())
+		set |= storage.MD5
 	}
-	if _, err := storage.CopyBuffer(w, io.NewSectionReader(src, 0, f.size)); err != nil {
+	h := storage.NewHasher(set)
+	if _, err := storage.CopyBuffer(io.MultiWriter(h, e.prog.Verifying()), io.NewSectionReader(src, 0, f.size)); err != nil {
 		return false, nil // src recorded the failure; the caller handles it
 	}
-	f.crc = crc.Sum32()
+	got := h.Sums()
+	f.crc = got.CRC32C
 	if oi.HasCRC32C {
 		return oi.CRC32C == f.crc, nil
 	}
-	return bytes.Equal(oi.MD5, h.Sum(nil)), nil
+	return bytes.Equal(oi.MD5, got.MD5), nil
 }

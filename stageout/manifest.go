@@ -23,7 +23,7 @@ func (e *engine) stored(f *file, skipped bool) {
 		e.prog.Objects.Add(1)
 	}
 	e.prog.FilesDone.Add(1)
-	mf := stagecontract.ManifestFile{Key: f.key[len(e.prefix):], Size: f.size, Checksum: storage.FormatChecksum(f.crc), ModTime: f.mtime.UTC()}
+	mf := stagecontract.ManifestFile{Key: f.key[len(e.prefix):], Size: f.size, Checksum: storage.FormatChecksum(f.crc), Checksums: f.sums.Extra(), ModTime: f.mtime.UTC()}
 	if f.encoded {
 		mf.Path = storage.ManifestPath(f.rel)
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 // multipart uploads a large file in parallel parts, each part's CRC32C
-// computed as it is sent and combined into the object's.
+// computed as it is sent and combined into the object's (in order when the
+// optional checksums need it: sums).
 func (e *engine) multipart(ctx context.Context, pool *storage.Pool, src *source, f *file, partSize int64) error {
 	up, err := storage.RetryValue(ctx, e.o.Retry, func(ctx context.Context) (storage.Upload, error) {
 		return e.mp.Begin(ctx, f.key, storage.PutOptions{ContentType: storage.ContentTypeOf(f.rel)})
@@ -37,7 +38,17 @@ func (e *engine) multipart(ctx context.Context, pool *storage.Pool, src *source,
 			})
 		}
 	}
-	pool.Parallel(fns)
+	if e.o.Checksums&^storage.Combinable != 0 {
+		// MD5 and SHA-256 hash the file in order as the parts are sent
+		// (sums): one part after the other.
+		for i, fn := range fns {
+			if fn(ctx); errs[i] != nil {
+				break
+			}
+		}
+	} else {
+		pool.Parallel(fns)
+	}
 	if err := errors.Join(errs...); err != nil || ctx.Err() != nil {
 		if err == nil {
 			err = ctx.Err()

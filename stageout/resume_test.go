@@ -29,6 +29,7 @@ func TestEveryStore(t *testing.T) {
 	storagetest.ForEachStore(t, func(t *testing.T, h storagetest.Harness) {
 		t.Run("StageOutInResume", func(t *testing.T) { testStageOutIn(t, h) })
 		t.Run("InterruptedRunLeavesNoManifest", func(t *testing.T) { testInterrupted(t, h) })
+		t.Run("ManifestChecksums", func(t *testing.T) { testManifestChecksums(t, h) })
 	})
 }
 

@@ -27,6 +27,8 @@ type source struct {
 	ctx  context.Context
 	f    *os.File
 	size int64
+	// sums, when set, hashes what is read (the optional checksums).
+	sums *sums
 
 	mu  sync.Mutex
 	err error
@@ -37,6 +39,9 @@ func (s *source) ReadAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("stop reading: %w", err) // not the file's failure
 	}
 	n, err := s.f.ReadAt(p, off)
+	if n > 0 && s.sums != nil {
+		s.sums.saw(p[:n], off)
+	}
 	if err == nil || (errors.Is(err, io.EOF) && off+int64(n) >= s.size) {
 		return n, err
 	}

@@ -63,6 +63,9 @@ type Options struct {
 	// Overwrite lets this stage-out replace outputs another pod left
 	// under the prefix (guardEarlierAttempt).
 	Overwrite bool
+	// Checksums are the checksums the manifest records besides CRC32C
+	// (storage.ParseChecksums), computed in the pass that uploads each file.
+	Checksums storage.Checksums
 	// Version is recorded in the manifest as "kdefer-stage <Version>".
 	Version string
 	// TransferOptions are shared with stage-in; Backend, when set, is
@@ -85,6 +88,7 @@ type file struct {
 	size     int64
 	mtime    time.Time
 	crc      uint32
+	sums     storage.Sums // Options.Checksums
 }
 
 // Run performs the stage-out.
@@ -182,7 +186,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	pctx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
-	go e.prog.Run(pctx, o.Log, o.ProgressInterval)
+	go o.ReportProgress(pctx, e.prog)
 
 	if err := e.each(ctx, files, loc.Prefix, existing); err != nil {
 		return Result{}, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -49,6 +50,9 @@ func ParseManifest(data []byte) (*stagecontract.Manifest, error) {
 		if _, err := ParseChecksum(f.Checksum); err != nil {
 			return nil, fmt.Errorf("manifest file %d (%q): %w", i, f.Key, err)
 		}
+		if _, err := ParseExtra(f.Checksums); err != nil {
+			return nil, fmt.Errorf("manifest file %d (%q): %w", i, f.Key, err)
+		}
 		total += f.Size
 		if total < 0 {
 			return nil, fmt.Errorf("manifest sizes overflow")
@@ -87,7 +91,9 @@ func NameOf(f stagecontract.ManifestFile) string {
 	return name
 }
 
-// SameFiles reports whether a and b list the same keys, sizes and checksums.
+// SameFiles reports whether a and b list the same keys, sizes and checksums
+// (the optional ones included: a rerun asked for another set rewrites the
+// manifest).
 func SameFiles(a, b []stagecontract.ManifestFile) bool {
 	if len(a) != len(b) {
 		return false
@@ -98,7 +104,7 @@ func SameFiles(a, b []stagecontract.ManifestFile) bool {
 	}
 	for _, f := range b {
 		g, ok := idx[f.Key]
-		if !ok || g.Size != f.Size || g.Checksum != f.Checksum {
+		if !ok || g.Size != f.Size || g.Checksum != f.Checksum || !maps.Equal(g.Checksums, f.Checksums) {
 			return false
 		}
 	}

@@ -193,6 +193,8 @@ func TestParseManifest(t *testing.T) {
 		"absolute key":  strings.Replace(good, `"a/b"`, `"/etc/passwd"`, 1),
 		"reserved key":  strings.Replace(good, `"a/b"`, `"_kdefer/manifest.json"`, 1),
 		"bad checksum":  strings.Replace(good, FormatChecksum(0x1234), "crc32c:zz", 1),
+		"bad adler32":   strings.Replace(good, `"checksum"`, `"checksums": {"adler32": "xyz"}, "checksum"`, 1),
+		"unknown sum":   strings.Replace(good, `"checksum"`, `"checksums": {"sha1": "00"}, "checksum"`, 1),
 		"negative size": strings.Replace(strings.Replace(good, `"size": 3`, `"size": -3`, 1), `"totalBytes": 3`, `"totalBytes": -3`, 1),
 		"wrong total":   strings.Replace(good, `"totalBytes": 3`, `"totalBytes": 4`, 1),
 		"version":       strings.Replace(good, `"version": 1`, `"version": 2`, 1),

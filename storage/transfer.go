@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -19,6 +20,10 @@ type TransferOptions struct {
 	Clock       clock.WithTicker
 	// ProgressInterval between progress lines (0: none).
 	ProgressInterval time.Duration
+	// Watch, when set, is handed the run's progress to show instead of a
+	// log line every ProgressInterval (kdefer-stage's bar on a terminal);
+	// it returns when ctx ends.
+	Watch func(ctx context.Context, p *Progress)
 	// IdleTimeout fails a stalled S3 connection (see OpenOptions).
 	IdleTimeout time.Duration
 	// Backend, when set, is used instead of opening the URL (tests).
@@ -28,6 +33,16 @@ type TransferOptions struct {
 	// DryRun logs what would be transferred and skipped, and writes
 	// nothing: no object, no manifest, no local file or directory.
 	DryRun bool
+}
+
+// ReportProgress shows p until ctx ends: through Watch when set, else as a
+// log line every ProgressInterval.
+func (o TransferOptions) ReportProgress(ctx context.Context, p *Progress) {
+	if o.Watch != nil {
+		o.Watch(ctx, p)
+		return
+	}
+	p.Run(ctx, o.Log, o.ProgressInterval)
 }
 
 // DefaultConcurrency is the number of transfers in flight unless set.

@@ -168,7 +168,38 @@ type StageOut struct {
 	// the same prefix for every attempt.
 	// +optional
 	Overwrite bool `json:"overwrite,omitempty"`
+
+	// requireFiles fails the stage-out step when it finds no file to upload
+	// (an empty directory, or include/exclude choosing none), permanently:
+	// the run ends Failed instead of succeeding with an empty manifest. By
+	// default that is a warning in the step's log and the manifest lists no
+	// file (kdefer-stage out --require-files).
+	// +optional
+	RequireFiles bool `json:"requireFiles,omitempty"`
+
+	// checksums the manifest records for every file besides CRC32C, the
+	// ones data catalogues register: adler32 (Rucio), md5, sha256. Each is
+	// computed in the pass that uploads the file, not by a second read, and
+	// verified by a stage-in from the manifest (kdefer-stage out
+	// --checksums). MD5 and SHA-256 make a large file's multipart upload
+	// send its parts one after the other; adler32 combines across parallel
+	// parts as CRC32C does.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=3
+	Checksums []ManifestChecksum `json:"checksums,omitempty"`
 }
+
+// ManifestChecksum is a checksum a stage-out manifest records on request.
+// +kubebuilder:validation:Enum=adler32;md5;sha256
+type ManifestChecksum string
+
+// The manifest checksums (stagecontract.ManifestChecksums).
+const (
+	ManifestChecksumAdler32 ManifestChecksum = "adler32"
+	ManifestChecksumMD5     ManifestChecksum = "md5"
+	ManifestChecksumSHA256  ManifestChecksum = "sha256"
+)
 
 // StageIn is one source downloaded before the main containers start.
 type StageIn struct {

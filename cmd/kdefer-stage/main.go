@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -60,6 +61,7 @@ func run(args []string, stderr io.Writer) int {
 	defer o.stopProfile()
 
 	var out stageout.Options
+	var checksums []string
 	outCmd := o.command(ctx, step{
 		cmd: &cobra.Command{
 			Use:   "out --from DIR --to URL",
@@ -74,6 +76,12 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 		op: "out", urlFlag: "--to", url: &out.To, transfer: &out.TransferOptions,
 		run: func(ctx context.Context) (storage.TransferResult, error) {
 			out.Version = toolVersion()
+			set, err := storage.ParseChecksums(checksums)
+			if err != nil {
+				return storage.TransferResult{}, &storage.Error{Class: storage.Usage, Op: "--checksums", Err: err,
+					Fix: "list some of " + strings.Join(stagecontract.ManifestChecksums, ",")}
+			}
+			out.Checksums = set
 			r, err := stageout.Run(ctx, out)
 			return r.TransferResult, err
 		},
@@ -81,6 +89,7 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 	outCmd.Flags().StringVar(&out.From, "from", "", "directory to upload (required)")
 	outCmd.Flags().StringVar(&out.To, "to", "", "destination URL prefix (required)")
 	outCmd.Flags().BoolVar(&out.RequireFiles, "require-files", false, "fail when no file is chosen (default: warn and write an empty manifest)")
+	outCmd.Flags().StringSliceVar(&checksums, "checksums", nil, "checksums the manifest records besides CRC32C, computed in the upload's read pass: "+strings.Join(stagecontract.ManifestChecksums, ", ")+" (comma-separated)")
 	outCmd.Flags().BoolVar(&out.Overwrite, "overwrite", false, "replace outputs another pod (KDEFER_UID) left under the prefix; without it such a prefix is refused (exit 3)")
 	_ = outCmd.MarkFlagRequired("from")
 	_ = outCmd.MarkFlagRequired("to")

@@ -104,9 +104,12 @@ type step struct {
 func (o *options) command(ctx context.Context, s step) *cobra.Command {
 	s.cmd.Args = cobra.NoArgs
 	s.cmd.RunE = func(*cobra.Command, []string) error {
-		log, interval := o.logger()
+		log, interval, tty := o.logger()
 		*s.transfer = storage.TransferOptions{Log: log, ProgressInterval: interval, Concurrency: o.concurrency,
 			Retry: o.retry(log), IdleTimeout: o.idleTimeout, Include: o.include, Exclude: o.exclude, DryRun: o.dryRun}
+		if tty && o.logFormat != "json" {
+			s.transfer.Watch = progressBar(o.stderr, s.op)
+		}
 		start := time.Now()
 		url, err := storage.ExpandTemplate(*s.url, os.LookupEnv)
 		if err != nil {
@@ -165,9 +168,9 @@ func (o *options) retry(log zerolog.Logger) storage.RetryPolicy {
 	return p
 }
 
-// logger returns the log for --log-format and the progress interval, which
-// is shorter on a terminal.
-func (o *options) logger() (zerolog.Logger, time.Duration) {
+// logger returns the log for --log-format, the progress interval, which
+// is shorter on a terminal, and whether stderr is a terminal.
+func (o *options) logger() (zerolog.Logger, time.Duration, bool) {
 	tty := false
 	if f, ok := o.stderr.(*os.File); ok {
 		tty = term.IsTerminal(int(f.Fd()))
@@ -185,7 +188,7 @@ func (o *options) logger() (zerolog.Logger, time.Duration) {
 			interval = time.Second
 		}
 	}
-	return zerolog.New(w).With().Timestamp().Logger(), interval
+	return zerolog.New(w).With().Timestamp().Logger(), interval, tty
 }
 
 // finish logs the outcome, writes the summary and returns the exit code.

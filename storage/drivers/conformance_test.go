@@ -12,4 +12,6 @@ func TestConformanceFile(t *testing.T) { storagetest.Run(t, storagetest.File(t))
 
 func TestConformanceVersityGW(t *testing.T) { storagetest.Run(t, storagetest.VersityGW(t)) }
 
+func TestConformanceGoFakeS3(t *testing.T) { storagetest.Run(t, storagetest.GoFakeS3(t)) }
+
 func TestConformanceMinIO(t *testing.T) { storagetest.Run(t, storagetest.MinIO(t)) }

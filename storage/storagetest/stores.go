@@ -7,6 +7,7 @@ import (
 
 	// Every store a harness names must open: the drivers register on import.
 	_ "github.com/kdefer/kdefer/storage/drivers"
+	"github.com/kdefer/kdefer/test/fakes3"
 	"github.com/kdefer/kdefer/test/s3server"
 )
 
@@ -33,6 +34,18 @@ func VersityGW(t *testing.T) Harness {
 	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
 	s3server.MakeBucket(t, addr, bucket)
 	return Harness{URL: func(*testing.T) string { return s3server.S3URL(addr, bucket, uniq()+"/") }}
+}
+
+// GoFakeS3 is gofakes3, an S3 implementation independent of the other two,
+// in process (fakes3.Start says how it differs). It runs the
+// conformance suite (storage/drivers); it joins Stores, and so the engines'
+// suites, once that suite is seen passing against it.
+func GoFakeS3(t *testing.T) Harness {
+	addr := fakes3.Start(t)
+	s3server.SetCredentials(t)
+	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
+	s3server.MakeBucket(t, addr, bucket)
+	return Harness{URL: func(*testing.T) string { return fakes3.URL(addr, bucket, uniq()+"/") }}
 }
 
 // MinIO is a real MinIO server ($KDEFER_MINIO) started for the test; the
