@@ -62,7 +62,7 @@ envtest-assets: tools
 ## machine that cannot run it.
 ##
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
-## on fresh clones, 2026-12-01 (README "Tier budget" has the details, where
+## on fresh clones, 2026-12-01 (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
 ##   tier     cold (fresh HOME: no caches)     warm (tools cached)
 ##   tools    2282 s, in the background        1 s
