@@ -134,11 +134,16 @@ func TestChartValues(t *testing.T) {
 	if got := q.Object["spec"].(map[string]any)["scopeSelector"].(map[string]any)["matchExpressions"].([]any)[0].(map[string]any)["values"]; !slices.Equal(toStrings(got), []string{"batch-critical"}) {
 		t.Errorf("defer pods' quota scope %v, want [batch-critical]", got)
 	}
-	// Everything namespaced is in the release namespace, and the admission
-	// policy lets that namespace's ServiceAccount (kdefer's) delete work PVCs.
+	// Everything namespaced is in the release namespace, and names kdefer's
+	// ServiceAccount, Service and certificate there: the role bindings'
+	// subjects, the webhooks' Service, the admission policy's requester.
 	for k, u := range objs {
-		if ns := u.GetNamespace(); ns == "kdefer-system" {
-			t.Errorf("%s still in kdefer-system", k)
+		doc, err := yaml.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(doc), "kdefer-system") {
+			t.Errorf("%s still names kdefer-system:\n%s", k, doc)
 		}
 	}
 	vap, err := yaml.Marshal(objs["ValidatingAdmissionPolicy /kdefer-retain-work-volumes"].Object)
