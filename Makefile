@@ -8,6 +8,7 @@ TOOLS := test/tools/install.sh
 BIN := $(CURDIR)/bin
 ENVTEST_DIR := $(BIN)/envtest
 GOLANGCI_LINT := $(BIN)/golangci-lint
+CHART := deploy/helm/kdefer
 # A count, not a duration: Go 1.26's coordinator can fail a duration-bounded
 # run at its deadline with a spurious "context deadline exceeded" on a loaded
 # machine (golang/go#75804; seen here once, FuzzCombineCRC32C).
@@ -61,7 +62,7 @@ envtest-assets: tools
 ## machine that cannot run it.
 ##
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
-## on fresh clones, 2026-12-01 (README "Tier budget" has the details, where
+## on fresh clones, 2026-12-01 (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
 ##   tier     cold (fresh HOME: no caches)     warm (tools cached)
 ##   tools    2282 s, in the background        1 s
@@ -87,6 +88,13 @@ generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:dir=deploy/crd
 	$(GO) tool controller-gen rbac:roleName=kdefer-manager paths=./controller/... output:rbac:dir=deploy/rbac
+	@# The Helm chart ships deploy/'s manifests as files it reads, not copies
+	@# it edits: one source of truth (test/helmchart checks the chart renders
+	@# what kustomize builds). Only what the chart parameterizes beyond the
+	@# namespace (the Deployment, Services) is a template of its own.
+	rm -rf $(CHART)/files
+	for d in crd rbac webhook policy critical-pods; do mkdir -p $(CHART)/files/$$d; \
+		cp $$(ls deploy/$$d/*.yaml | grep -v kustomization.yaml) $(CHART)/files/$$d/; done
 
 ## verify: generated code and manifests are committed and current; code is
 ## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`).
@@ -95,6 +103,9 @@ verify: generate lint
 	$(GO) vet ./...
 	@# deploy/rbac's hand-written rules (resourceNames) against the code they serve
 	$(GO) test -count=1 -run '^TestWebhookConfigurationRBAC$$' ./controller/certs
+	@# helm lint and helm template of deploy/helm/kdefer, in-process (helm's Go
+	@# packages: no helm binary to build), against kustomize's build of deploy/
+	$(GO) test -count=1 ./test/helmchart
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 

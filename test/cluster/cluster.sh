@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes cluster on this machine, for kdefer's e2e tier,
-# `make demo` and manual use. See README.md, "The local cluster".
+# `make demo` and manual use. See docs/development.md, "The local cluster".
 #
 #   cluster.sh up            start (after cleaning up any previous run) and wait for a Ready node;
 #                            a healthy running cluster is kept (only changed images are imported)
