@@ -304,18 +304,21 @@ func (s *scenario) create(obj client.Object) {
 
 // signals is an HTTP server on the node address: pods GET /ready/POD when
 // their outputs are written and GET /go/POD to wait for the test's release;
-// defer containers POST results to /result.
+// defer containers POST results to /result, and GET /count/KEY for how
+// often KEY was asked, this time included (state a restarted container
+// keeps).
 type signals struct {
 	url     string
 	ready   chan string
 	results chan string
 	mu      sync.Mutex
 	gos     map[string]chan struct{}
+	counts  map[string]int
 	done    chan struct{}
 }
 
 func newSignals(t *testing.T) *signals {
-	s := &signals{ready: make(chan string, 64), results: make(chan string, 64), gos: map[string]chan struct{}{}, done: make(chan struct{})}
+	s := &signals{ready: make(chan string, 64), results: make(chan string, 64), gos: map[string]chan struct{}{}, counts: map[string]int{}, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ready/{pod}", func(w http.ResponseWriter, r *http.Request) {
 		s.ready <- r.PathValue("pod")
@@ -329,6 +332,13 @@ func newSignals(t *testing.T) *signals {
 			http.Error(w, "test over", http.StatusServiceUnavailable)
 		case <-r.Context().Done():
 		}
+	})
+	mux.HandleFunc("/count/{key}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.counts[r.PathValue("key")]++
+		n := s.counts[r.PathValue("key")]
+		s.mu.Unlock()
+		fmt.Fprintln(w, n)
 	})
 	mux.HandleFunc("/result", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 4096))
