@@ -42,7 +42,9 @@ const pressureMargin = 64 << 20
 // The work volume alone leaves the node just above the threshold: a
 // retained volume that kept the node under it would make the kubelet evict
 // another pod every time the last one is cleaned up (seconds), lowest
-// priority first, which on this one node is kdefer's own manager. The pod
+// priority first, until the volume is released; it never evicts a critical
+// pod (the defer pod), but on this one node the next would be kdefer's own
+// manager, which the local overlay runs without a priority class. The pod
 // runs at a negative priority so that the kubelet's choice among the pods
 // exceeding their ephemeral-storage requests is always this one.
 //
