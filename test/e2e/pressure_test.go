@@ -255,4 +255,3 @@ func (s *scenario) waitNodeCondition(typ corev1.NodeConditionType, status corev1
 	}
 	return c
 }
-
