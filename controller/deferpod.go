@@ -75,6 +75,7 @@ type Step struct {
 // Steps returns the steps a run executes for its trigger, in order: the
 // built-in stage-out (when the policy has one), then the policy's defer
 // containers that the trigger's rule selects. Empty means nothing to run.
+// A resumed run leaves out the steps that succeeded before (pendingSteps).
 func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 	pol := &run.Spec.Policy
 	rule := pol.RuleFor(run.Status.Trigger)
@@ -166,7 +167,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		}
 		steps = append(steps, Step{Name: c.Name, Container: c})
 	}
-	return steps
+	return pendingSteps(steps, &run.Status)
 }
 
 // BuildDeferPod returns the pod that runs a triggered DeferRun's steps (the
@@ -247,6 +248,9 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 				{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(nodeLost)},
 			},
 		},
+	}
+	if a := attemptOf(&run.Status); a != "" {
+		pod.Annotations[v1.AnnotationAttempt] = a
 	}
 	admissible(pod, pol, opts)
 	return pod

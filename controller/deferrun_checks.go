@@ -69,7 +69,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 		}
 		return proceed, nil
 	}
-	deadline := s.status.TriggeredAt.Add(runDeadline(s.view(), r.opts))
+	deadline := attemptStart(s.status).Add(runDeadline(s.view(), r.opts))
 	if !s.now.Before(deadline) {
 		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonConfigError, problem+" (deadline passed; the work volume is kept per policy)", nil)
 	}
@@ -146,9 +146,10 @@ func (r *RunReconciler) checkNode(ctx context.Context, s *runState, pod *corev1.
 	case !apierrors.IsNotFound(err):
 		return decided, fmt.Errorf("reading node %s: %w", s.status.NodeName, err)
 	}
-	since := s.status.TriggeredAt.Time
-	if s.status.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil {
-		// The pod side already waited nodeLostTimeout for this node.
+	since := attemptStart(s.status)
+	if s.status.Trigger == v1.TriggerNodeLost && s.run.Spec.Policy.NodeLostTimeout != nil && s.status.Retries == nil {
+		// The pod side already waited nodeLostTimeout for this node (a
+		// resumed run waits afresh).
 		since = since.Add(-s.run.Spec.Policy.NodeLostTimeout.Duration)
 	}
 	v := JudgeNode(node, s.view(), since, s.now)

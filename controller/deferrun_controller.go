@@ -184,8 +184,13 @@ func (r *RunReconciler) reconcile(ctx context.Context, run *v1.DeferRun) (reconc
 // before it finished, waiting for its pod to end, or triggered.
 func (r *RunReconciler) step(ctx context.Context, s *runState) (passEnd, error) {
 	run := s.run
+	if run.DeletionTimestamp == nil {
+		if resumed, err := r.resume(ctx, s); resumed || err != nil {
+			return endWrite, err
+		}
+	}
 	switch {
-	case v1.Finished(run):
+	case v1.Finished(s.view()):
 		return r.afterFinish(ctx, s)
 	case run.DeletionTimestamp != nil:
 		// Deleted before it finished (by a person, or with its namespace):
@@ -230,6 +235,9 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 		s.status.Deadline = &metav1.Duration{Duration: EffectiveDeadline(&run.Spec.Policy, r.opts.MaxDeadline)}
 	}
 	steps := Steps(s.view(), r.opts)
+	if len(steps) == 0 && attemptOf(s.status) != "" {
+		return endWrite, r.finish(ctx, s, v1.DeferRunSucceeded, v1.ReasonSucceeded, "every step had succeeded in an earlier attempt", nil)
+	}
 	if len(steps) == 0 {
 		reason := v1.ReasonNothingToRun
 		if run.Spec.Policy.RuleFor(trig).Action == v1.TriggerActionSkip {
@@ -246,6 +254,9 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	}
 	if pod != nil && !IsDeferPodOf(pod, run) {
 		return endWrite, fmt.Errorf("pod %s exists and is not this run's defer pod", pod.Name)
+	}
+	if pod != nil && pod.Annotations[v1.AnnotationAttempt] != attemptOf(s.status) {
+		return endWrite, r.staleDeferPod(ctx, s, pod)
 	}
 	node, err := r.checkNode(ctx, s, pod)
 	if node == decided || err != nil {

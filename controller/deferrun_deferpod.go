@@ -92,7 +92,10 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 	}
 	Metrics.Writes.WithLabelValues("defer-pod").Inc()
 	r.created.add(s.now)
-	Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())
+	if run.Status.Retries == nil {
+		// From the pod's end; a resumed run's pod is not a reaction.
+		Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())
+	}
 	return endCreated, r.ensurePDB(ctx, run)
 }
 
@@ -142,6 +145,9 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 		s.status.StartTime = &t
 	}
 	s.status.Steps = o.Steps
+	if s.status.Retries != nil {
+		s.status.Steps = mergeSteps(s.run.Status.Steps, o.Steps)
+	}
 	if o.Summary != nil {
 		s.status.Bytes, s.status.Objects, s.status.Skipped = o.Summary.Bytes, o.Summary.Objects, o.Summary.Skipped
 		s.status.ManifestURL = o.Summary.ManifestURL
@@ -180,11 +186,12 @@ func (r *RunReconciler) observe(ctx context.Context, s *runState, pod *corev1.Po
 	if o.Summary != nil {
 		msg = fmt.Sprintf("staged out %d objects (%d bytes, %d already there) to %s", o.Summary.Objects, o.Summary.Bytes, o.Summary.Skipped, o.Summary.ManifestURL)
 	}
-	if o.Summary != nil && o.Summary.Unsaved > 0 {
+	if s.status.Unsaved > 0 {
 		// Set before finish: handleVolume keeps the volume of an
-		// incomplete run, as it keeps a failed one's.
+		// incomplete run, as it keeps a failed one's. (A resumed run's
+		// stage-out may have succeeded in an earlier attempt.)
 		inc := fmt.Sprintf("%d files could not be staged out (listed with their reasons under \"unsaved\" in %s); the work volume is kept with them: inspect it, then release it with `kdefer release -n %s deferrun/%s`",
-			o.Summary.Unsaved, o.Summary.ManifestURL, s.run.Namespace, s.run.Name)
+			s.status.Unsaved, s.status.ManifestURL, s.run.Namespace, s.run.Name)
 		s.cond(v1.DeferRunIncomplete, true, v1.ReasonUnsavedFiles, inc)
 		s.events = append(s.events, event{corev1.EventTypeWarning, v1.EventIncomplete, inc, false})
 	}

@@ -49,7 +49,7 @@ func (r *RunReconciler) checkRefusals(ctx context.Context, s *runState) (checked
 	if rf == nil {
 		return proceed, nil
 	}
-	deadline := s.status.TriggeredAt.Add(runDeadline(s.view(), r.opts))
+	deadline := attemptStart(s.status).Add(runDeadline(s.view(), r.opts))
 	if !s.now.Before(deadline) {
 		return decided, r.finish(ctx, s, v1.DeferRunFailed, v1.ReasonDeferPodRefused, fmt.Sprintf(
 			"the run's deadline passed while its node refused its defer pod (%d times, last: %s: %s); the work volume is kept per policy",
@@ -70,8 +70,8 @@ func (r *RunReconciler) checkRefusals(ctx context.Context, s *runState) (checked
 
 // remainingDeadline is what is left of the run's deadline for a defer pod
 // created now, at least a second: a defer pod created again after a refusal
-// gets no more than its run has left.
+// gets no more than its attempt has left.
 func remainingDeadline(s *runState, opts DeferPodOptions) int64 {
-	left := s.status.TriggeredAt.Add(runDeadline(s.view(), opts)).Sub(s.now)
+	left := attemptStart(s.status).Add(runDeadline(s.view(), opts)).Sub(s.now)
 	return max(int64((left+time.Second-1)/time.Second), 1)
 }

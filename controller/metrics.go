@@ -19,6 +19,7 @@ var Metrics = struct {
 	StageBytes prometheus.Counter
 	Reaction   prometheus.Histogram
 	Writes     *prometheus.CounterVec
+	Resumes    *prometheus.CounterVec
 }{
 	Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kdefer_runs_total", Help: "Finished defer runs by trigger and result (Succeeded, Failed, Skipped).",
@@ -37,8 +38,11 @@ var Metrics = struct {
 	Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kdefer_api_writes_total", Help: "API writes the controller made, by kind.",
 	}, []string{"kind"}),
+	Resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kdefer_run_resumes_total", Help: "Failed defer runs resumed, by cause (RetryRequested, NodeReturned).",
+	}, []string{"cause"}),
 }
 
 func init() {
-	metrics.Registry.MustRegister(Metrics.Runs, Metrics.Incomplete, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes)
+	metrics.Registry.MustRegister(Metrics.Runs, Metrics.Incomplete, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes, Metrics.Resumes)
 }

@@ -7,6 +7,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -29,6 +31,9 @@ import (
 const (
 	IndexRunJob    = "spec.jobName"
 	IndexRunPolicy = "spec.policyName"
+	// IndexRunLostNode: the node of a run that failed with NodeLost, which
+	// resumes when the node is Ready again.
+	IndexRunLostNode = "status.lostNodeName"
 )
 
 // Options configure the controllers.
@@ -53,12 +58,24 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
-	return idx.IndexField(ctx, &v1.DeferRun{}, IndexRunPolicy, func(o client.Object) []string {
+	if err := idx.IndexField(ctx, &v1.DeferRun{}, IndexRunPolicy, func(o client.Object) []string {
 		if p := o.(*v1.DeferRun).Spec.PolicyName; p != "" {
 			return []string{p}
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &v1.DeferRun{}, IndexRunLostNode, lostNode)
+}
+
+// lostNode indexes a run that failed with NodeLost by its node.
+func lostNode(o client.Object) []string {
+	run := o.(*v1.DeferRun)
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1.ReasonNodeLost && run.Status.NodeName != "" {
+		return []string{run.Status.NodeName}
+	}
+	return nil
 }
 
 // SetupWithManager registers the indexes and both controllers.
@@ -116,6 +133,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Watches(&corev1.Pod{}, podEnded(), builder.WithPredicates(managed)).
 		Watches(&policyv1.PodDisruptionBudget{}, pdbDeleted(c)).
 		Watches(&v1.DeferPolicy{}, handler.EnqueueRequestsFromMapFunc(policyToRuns(c))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeToLostRuns(c)), builder.WithPredicates(nodeBecameReady())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(runRec); err != nil {
 		return fmt.Errorf("setting up the DeferRun controller: %w", err)
@@ -178,6 +196,37 @@ func runsByIndex(c client.Client, index string, keep func(*v1.DeferRun) bool) ha
 			}
 		}
 		return out
+	}
+}
+
+// nodeToLostRuns maps a node to the runs that failed with NodeLost on it.
+func nodeToLostRuns(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list v1.DeferRunList
+		if err := c.List(ctx, &list, client.MatchingFields{IndexRunLostNode: o.GetName()}); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, len(list.Items))
+		for i := range list.Items {
+			out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+		}
+		return out
+	}
+}
+
+// nodeBecameReady passes a node that is created Ready or turns Ready: only
+// then can a run lost with it resume (the heartbeats in between are not
+// worth a lookup).
+func nodeBecameReady() predicate.Predicate {
+	ready := func(o client.Object) bool {
+		n, ok := o.(*corev1.Node)
+		return ok && NodeReady(n)
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e ctrlevent.CreateEvent) bool { return ready(e.Object) },
+		UpdateFunc:  func(e ctrlevent.UpdateEvent) bool { return ready(e.ObjectNew) && !ready(e.ObjectOld) },
+		DeleteFunc:  func(ctrlevent.DeleteEvent) bool { return false },
+		GenericFunc: func(ctrlevent.GenericEvent) bool { return false },
 	}
 }
 

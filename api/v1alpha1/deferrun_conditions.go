@@ -56,6 +56,13 @@ const (
 	ReasonDeferPodFailed   = "DeferPodFailed"
 	ReasonConfigError      = "ConfigError"
 
+	// Failed False again: a failed run was resumed, asked by `kdefer retry`
+	// (annotation kdefer.io/retry) or by its node Ready again after
+	// NodeLost with the work volume still there. The events of the resume
+	// have these reasons too.
+	ReasonRetryRequested = "RetryRequested"
+	ReasonNodeReturned   = "NodeReturned"
+
 	// StagingOut False while the run waits for its node.
 	ReasonNodeNotReady = "NodeNotReady"
 	// DeferPodRefused: StagingOut False while a defer pod the node refused
@@ -95,6 +102,9 @@ const (
 	// EventEndedPodDeleted: the run's ended pod was deleted so that its
 	// work volume goes (progress; not repeated on the Job).
 	EventEndedPodDeleted = "EndedPodDeleted"
+	// EventRetryRefused: a kdefer.io/retry request was not granted (the
+	// run has not failed, or its volume is gone); the request is consumed.
+	EventRetryRefused = "RetryRefused"
 	// EventPriorityRefused: the defer pod's default priority class is not
 	// allowed in the namespace; it was created without one.
 	EventPriorityRefused = "PriorityClassRefused"
@@ -103,6 +113,14 @@ const (
 // AnnotationRelease ("true") on a DeferRun releases its volume by hand
 // (`kdefer release`); an unfinished run stops first.
 const AnnotationRelease = "kdefer.io/release"
+
+// AnnotationRetry on a DeferRun asks for a failed run to be resumed
+// (`kdefer retry`, which sets it to the current time): a new defer pod runs
+// the steps that have not succeeded, with a fresh deadline. Any new value
+// is a new request; the controller records the one it handled in
+// status.retries.handledRequest. It is granted only to a Failed run whose
+// work volume is kept.
+const AnnotationRetry = "kdefer.io/retry"
 
 // Finished reports whether the run has reached a final state.
 func Finished(run *DeferRun) bool {

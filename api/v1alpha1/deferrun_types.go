@@ -177,6 +177,13 @@ type DeferRunStatus struct {
 	// +optional
 	Refusals *DeferPodRefusals `json:"refusals,omitempty"`
 
+	// retries records the run resumed after it failed: by `kdefer retry`
+	// (annotation kdefer.io/retry) or by its node returning after a
+	// NodeLost failure. Each resume gets a fresh deadline and a new defer
+	// pod that runs only the steps that have not succeeded yet.
+	// +optional
+	Retries *DeferRunRetries `json:"retries,omitempty"`
+
 	// triggeredAt is when the pod's main containers were seen ended.
 	// +optional
 	TriggeredAt *metav1.Time `json:"triggeredAt,omitempty"`
@@ -215,6 +222,56 @@ type DeferPodRefusals struct {
 	LastTime metav1.Time `json:"lastTime"`
 }
 
+// DeferRunRetries counts the times a failed run was resumed and keeps the
+// failed attempts.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.count) || (has(self.count) && self.count >= oldSelf.count)",message="status.retries.count cannot decrease"
+type DeferRunRetries struct {
+	// count of resumes so far; the defer pod of the current attempt
+	// carries it in annotation kdefer.io/attempt.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Count int32 `json:"count,omitempty"`
+	// handledRequest is the value of the last kdefer.io/retry annotation
+	// the controller acted on, granted or refused, so that each request is
+	// handled once (as a Deployment's restartedAt is).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	HandledRequest string `json:"handledRequest,omitempty"`
+	// lastTime the run was resumed: its fresh deadline counts from here.
+	// +optional
+	LastTime *metav1.Time `json:"lastTime,omitempty"`
+	// history of the failed attempts, oldest first; the oldest are dropped
+	// past 10.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	History []DeferRunAttempt `json:"history,omitempty"`
+}
+
+// DeferRunAttempt is one failed attempt of a run and how it was resumed.
+type DeferRunAttempt struct {
+	// reason the attempt failed (the Failed condition's reason).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason"`
+	// message of the Failed condition, shortened.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+	// failedAt is when the attempt failed.
+	// +optional
+	FailedAt *metav1.Time `json:"failedAt,omitempty"`
+	// resumedBy says what resumed the run after it: RetryRequested (`kdefer
+	// retry`) or NodeReturned.
+	// +required
+	// +kubebuilder:validation:Enum=RetryRequested;NodeReturned
+	ResumedBy string `json:"resumedBy"`
+	// refusals of the attempt's defer pods by their node.
+	// +optional
+	Refusals int32 `json:"refusals,omitempty"`
+}
+
 // StepStatus is one step of a defer run.
 type StepStatus struct {
 	// name of the step ("stage-out" or a defer container's name).
@@ -244,6 +301,7 @@ type StepStatus struct {
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`
 // +kubebuilder:printcolumn:name="Unsaved",type=integer,JSONPath=`.status.unsaved`,priority=1
 // +kubebuilder:printcolumn:name="Refused",type=integer,JSONPath=`.status.refusals.count`,priority=1
+// +kubebuilder:printcolumn:name="Retries",type=integer,JSONPath=`.status.retries.count`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeferRun struct {
 	metav1.TypeMeta `json:",inline"`

@@ -35,6 +35,10 @@ const (
 	AnnotationDeferRunName = "kdefer.io/deferrun"
 	// AnnotationDeferRunUID is the DeferRun's UID.
 	AnnotationDeferRunUID = "kdefer.io/deferrun-uid"
+	// AnnotationAttempt is the run's status.retries.count when the defer
+	// pod was created (absent: 0); a defer pod of an earlier attempt of a
+	// resumed run is stale and deleted.
+	AnnotationAttempt = "kdefer.io/attempt"
 )
 
 // Annotations on a Job (or its pod template) that configure kdefer without a

@@ -37,11 +37,20 @@ API_PORT=6443
 ETCD_CLIENT_PORT=2479
 ETCD_PEER_PORT=2480
 PV_COUNT=${KDEFER_CLUSTER_PVS:-48}
-# Hard eviction thresholds: far from normal use on a development machine, so the
-# node never evicts by itself; tests trigger kubelet eviction deliberately with
-# per-pod ephemeral-storage limits (always enforced). Override with
-# KDEFER_EVICTION_HARD as YAML flow map, e.g. '{memory.available: "500Mi"}'.
-EVICTION_HARD=${KDEFER_EVICTION_HARD:-'{memory.available: "100Mi", nodefs.available: "2%", nodefs.inodesFree: "2%", imagefs.available: "2%"}'}
+# The node's file system (the kubelet's root dir and the local PVs) is a
+# loop-mounted ext4 image of this size, sparse (the host pays only for what is
+# written), so that a pod filling its work volume can drive the node into
+# DiskPressure (e2e TestDiskPressure). Images and containers' writable layers
+# (imagefs) and pod logs stay on the host's file system.
+NODEFS_SIZE=${KDEFER_NODEFS_SIZE:-4G}
+NODEFS_IMG="$DIR/nodefs.img"
+NODEFS="$DIR/nodefs"
+# Hard eviction thresholds: far from normal use (the e2e tier's peak use of
+# the node's file system is a few hundred MiB), so the node never evicts by
+# itself; tests cross them deliberately (TestDiskPressure) or trigger kubelet
+# eviction with per-pod ephemeral-storage limits (always enforced). Override
+# with KDEFER_EVICTION_HARD as YAML flow map, e.g. '{memory.available: "500Mi"}'.
+EVICTION_HARD=${KDEFER_EVICTION_HARD:-'{memory.available: "100Mi", nodefs.available: "1Gi", nodefs.inodesFree: "2%", imagefs.available: "2%"}'}
 WAIT_READY=${KDEFER_CLUSTER_TIMEOUT:-180}
 
 PKI="$DIR/pki"
@@ -50,7 +59,7 @@ LOGS="$DIR/logs"
 CTRD_SOCK="$RUN/containerd.sock"
 KUBECONFIG_ADMIN="$DIR/kubeconfig"
 COMPONENTS="etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet"
-DEBIAN_PACKAGES="containerd runc containernetworking-plugins busybox-static openssl iproute2 util-linux"
+DEBIAN_PACKAGES="containerd runc containernetworking-plugins busybox-static openssl iproute2 util-linux e2fsprogs"
 
 log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "[cluster] ERROR: $*" >&2; exit 1; }
@@ -184,6 +193,29 @@ configs() {
 	render containerd.toml "$DIR/conf/containerd.toml"
 	render kubelet.yaml "$DIR/conf/kubelet.yaml"
 	render cni.conflist "$DIR/cni/net.d/10-$CNI_NETWORK.conflist"
+}
+
+# ---------------------------------------------------------------- node file system
+
+# setup_nodefs: a fresh ext4 image loop-mounted at $NODEFS, and the kubelet's
+# root dir and the PV directories bind-mounted from it at their usual paths
+# (the same device: the kubelet's nodefs signal counts what pods write into
+# their local PVs). -m 0: no blocks reserved for root, so df and the kubelet
+# agree on what is available; no journal and one inode per 64 KiB: test data
+# on a file system made anew by every up, ~16 MiB written to make it. The
+# mount's autoclear loop device goes with its last unmount (cleanup).
+setup_nodefs() {
+	local d
+	mountpoint -q "$NODEFS" && die "$NODEFS is still mounted (cluster.sh down first)"
+	rm -f "$NODEFS_IMG"
+	truncate -s "$NODEFS_SIZE" "$NODEFS_IMG"
+	mkfs.ext4 -q -F -m 0 -O ^has_journal -i 65536 -E lazy_itable_init=0,nodiscard -L kdefer-nodefs "$NODEFS_IMG"
+	mkdir -p "$NODEFS"
+	mount -o loop "$NODEFS_IMG" "$NODEFS"
+	for d in kubelet pv; do
+		mkdir -p "$NODEFS/$d" "$DIR/$d"
+		mount --bind "$NODEFS/$d" "$DIR/$d"
+	done
 }
 
 # ---------------------------------------------------------------- processes
@@ -551,6 +583,8 @@ cleanup() {
 	fi
 	# Cluster state goes; certificates, images (containerd root) and the last logs stay.
 	rm -rf "$DIR/etcd" "$DIR/kubelet" "$DIR/pod-logs" "$DIR/pv" "$DIR/containerd/state" "$DIR/cni/ipam" "$RUN"
+	# The node's file system: unmounted above (its loop device with it).
+	if ! mountpoint -q "$NODEFS" 2>/dev/null; then rm -rf "$NODEFS" "$NODEFS_IMG"; fi
 	set -e
 }
 
@@ -580,6 +614,7 @@ leftovers() {
 	p=$(procs_matching "$DIR/"); [ -n "$p" ] && { log "left: processes $p"; found=1; }
 	awk -v p="$DIR/" 'index($5, p) == 1' /proc/self/mountinfo | grep -q . && { log "left: mounts under $DIR"; found=1; }
 	ip link show "$BRIDGE" >/dev/null 2>&1 && { log "left: bridge $BRIDGE"; found=1; }
+	losetup -j "$NODEFS_IMG" 2>/dev/null | grep -q . && { log "left: loop device of $NODEFS_IMG"; found=1; }
 	[ -n "$(kubepods_cgroups)" ] && { log "left: kubepods cgroups"; found=1; }
 	return $found
 }
@@ -604,7 +639,7 @@ up() {
 	if ! alive kube-apiserver && tcp_open 127.0.0.1 "$API_PORT"; then
 		die "127.0.0.1:$API_PORT is in use by a program that is not this cluster's apiserver (another cluster with another KDEFER_CLUSTER_DIR? stop it first)"
 	fi
-	if [ -d "$RUN" ] || [ -d "$DIR/etcd" ] || [ -d "$DIR/kubelet" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
+	if [ -d "$RUN" ] || [ -d "$DIR/etcd" ] || [ -d "$DIR/kubelet" ] || [ -e "$NODEFS_IMG" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
 		log "cleaning up a previous run"
 		cleanup
 	fi
@@ -618,6 +653,7 @@ up() {
 	ensure_images
 	pki
 	configs
+	setup_nodefs
 	setup_network
 	start_etcd
 	start_containerd

@@ -188,7 +188,7 @@ var minioStat = minio.StatObjectOptions{}
 // repeated) and out/SHA256SUMS, signals "ready", then ends per mode.
 type workload struct {
 	files, size int
-	mode        string // "exit N", "wait N" (wait for the go signal, then exit N), "hold" (until killed), "oom", "fill"
+	mode        string // "exit N", "wait N" (wait for the go signal, then exit N), "hold" (until killed), "oom", "fill", "pressure KEEP SCRATCH"
 }
 
 func fileContent(i, size int) []byte {
@@ -224,6 +224,16 @@ timeout 30 wget -q -O /dev/null %s/ready/$HOSTNAME
 		b.WriteString("x=kdefer; while :; do x=$x$x; done\n")
 	case "fill": // the container's writable layer exceeds its ephemeral-storage limit
 		b.WriteString("dd if=/dev/zero of=/tmp/fill bs=1M count=24\nwhile :; do sleep 3600 & wait $!; done\n")
+	case "pressure": // the node's file system (TestDiskPressure), then held until killed
+		// fallocate takes the blocks without writing them: instant, and
+		// the host pays nothing for the loop-mounted image's sparse file.
+		fmt.Fprintf(&b, `avail=$(df -Pk /kdefer | awk 'NR==2 {print $4}')
+echo "node file system: $avail KiB available; leaving %[1]s KiB in the work volume, then %[2]s KiB in /scratch"
+fallocate -l $(((avail - %[1]s) * 1024)) /kdefer/fill.bin
+fallocate -l $((%[2]s * 1024)) /scratch/fill.bin
+echo "node file system: $(df -Pk /kdefer | awk 'NR==2 {print $4}') KiB available"
+while :; do sleep 3600 & wait $!; done
+`, f[1], f[2])
 	default:
 		panic("workload mode " + w.mode)
 	}
@@ -304,18 +314,21 @@ func (s *scenario) create(obj client.Object) {
 
 // signals is an HTTP server on the node address: pods GET /ready/POD when
 // their outputs are written and GET /go/POD to wait for the test's release;
-// defer containers POST results to /result.
+// defer containers POST results to /result, and GET /count/KEY for how
+// often KEY was asked, this time included (state a restarted container
+// keeps).
 type signals struct {
 	url     string
 	ready   chan string
 	results chan string
 	mu      sync.Mutex
 	gos     map[string]chan struct{}
+	counts  map[string]int
 	done    chan struct{}
 }
 
 func newSignals(t *testing.T) *signals {
-	s := &signals{ready: make(chan string, 64), results: make(chan string, 64), gos: map[string]chan struct{}{}, done: make(chan struct{})}
+	s := &signals{ready: make(chan string, 64), results: make(chan string, 64), gos: map[string]chan struct{}{}, counts: map[string]int{}, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ready/{pod}", func(w http.ResponseWriter, r *http.Request) {
 		s.ready <- r.PathValue("pod")
@@ -329,6 +342,13 @@ func newSignals(t *testing.T) *signals {
 			http.Error(w, "test over", http.StatusServiceUnavailable)
 		case <-r.Context().Done():
 		}
+	})
+	mux.HandleFunc("/count/{key}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.counts[r.PathValue("key")]++
+		n := s.counts[r.PathValue("key")]
+		s.mu.Unlock()
+		fmt.Fprintln(w, n)
 	})
 	mux.HandleFunc("/result", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 4096))

@@ -1,0 +1,115 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/test/clusterenv"
+)
+
+// What the defer steps do: retries of one step, and per-trigger rules.
+
+// TestStepRetried: a defer step that fails twice, then succeeds, is retried
+// alone (the kubelet restarts only that container of the defer pod): the
+// stage-out before it and the step after it run once, and the run succeeds.
+func TestStepRetried(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "retry")
+	busybox := clusterenv.MustImage(t, "busybox")
+	// The attempt number comes from the test's counter: a restarted
+	// container starts with a fresh file system.
+	flaky := fmt.Sprintf(`n=$(timeout 20 wget -q -O - %s/count/flaky-$KDEFER_POD) || exit 7
+echo "attempt $n"
+[ "$n" -ge 3 ] || exit 7`, s.sig.url)
+	s.create(&v1.DeferPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "flaky", Namespace: s.ns},
+		Spec: v1.DeferPolicySpec{DeferContainers: []corev1.Container{
+			{Name: "flaky", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sh", "-c", flaky}},
+			{Name: "after", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"true"}},
+		}},
+	})
+	w := small
+	w.mode = "exit 0"
+	job := s.job("sim", w)
+	job.Annotations[v1.AnnotationPolicy] = "flaky"
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	// Two kubelet restart back-offs (10 s, 20 s) besides the run itself.
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
+	want := map[string]int32{v1.StageOutStepName: 1, "flaky": 3, "after": 1}
+	if len(run.Status.Steps) != len(want) {
+		t.Errorf("steps %s: want stage-out, flaky, after", steps(run))
+	}
+	for _, st := range run.Status.Steps {
+		if st.Attempts != want[st.Name] || st.ExitCode == nil || *st.ExitCode != 0 {
+			t.Errorf("step %s: %d attempts, exit %v; want %d attempts, exit 0 (steps %s)", st.Name, st.Attempts, st.ExitCode, want[st.Name], steps(run))
+		}
+	}
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	s.cleanUp("sim")
+}
+
+// logFile is what the trigger-rules scenario's pods write besides out/.
+const logFile = "logs/run.log"
+
+// TestTriggerRules: one policy, two outcomes. Its rule for Failed uploads
+// only logs/**; Evicted, which no rule lists, uploads everything. One Job
+// exits 3, the other is evicted by the kubelet (ephemeral-storage limit).
+func TestTriggerRules(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "rules")
+	s.create(&v1.DeferPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "rules", Namespace: s.ns},
+		Spec: v1.DeferPolicySpec{
+			StageOut:     &v1.StageOut{URL: s.stageOutURL()},
+			TriggerRules: []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerFailed}, Include: []string{"logs/**"}}},
+		},
+	})
+	failed, evicted := small, small
+	failed.mode, evicted.mode = "exit 3", "fill"
+	for name, w := range map[string]workload{"failed": failed, "evicted": evicted} {
+		job := s.job(name, w)
+		job.Annotations[v1.AnnotationPolicy] = "rules"
+		c := &job.Spec.Template.Spec.Containers[0]
+		c.Command[2] = "mkdir -p /kdefer/logs && echo \"log of $HOSTNAME\" > /kdefer/" + logFile + "\n" + c.Command[2]
+		if name == "evicted" {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceEphemeralStorage: mustQ("4Mi")}
+		}
+		s.create(job)
+	}
+	pods := map[string]string{}
+	for range 2 {
+		p := s.waitReady(2 * time.Minute)
+		pods[p[:strings.LastIndex(p, "-")]] = p
+	}
+	fp, ep := pods["failed"], pods["evicted"]
+	if fp == "" || ep == "" {
+		t.Fatalf("ready pods %v, want one of each Job", pods)
+	}
+	fr := s.waitFinished(fp, v1.TriggerFailed, v1.DeferRunSucceeded, 3*time.Minute)
+	er := s.waitFinished(ep, v1.TriggerEvicted, v1.DeferRunSucceeded, 3*time.Minute)
+	// Failed: the rule's include replaced the stage-out's (everything).
+	prefix := s.ns + "/failed/" + fp + "/"
+	objs := s.objects(prefix)
+	s.checkManifest(prefix, objs, []string{logFile}, v1.TriggerFailed)
+	if got, want := string(objs[logFile].data), "log of "+fp+"\n"; got != want {
+		t.Errorf("%s%s: %q, want %q", prefix, logFile, got, want)
+	}
+	// Evicted: every file, the log included.
+	objs = s.checkOutputs("evicted", ep, evicted, v1.TriggerEvicted, logFile)
+	if got, want := string(objs[logFile].data), "log of "+ep+"\n"; got != want {
+		t.Errorf("evicted %s: %q, want %q", logFile, got, want)
+	}
+	s.volumeReleased(fr)
+	s.volumeReleased(er)
+	s.cleanUp("failed", "evicted")
+}
