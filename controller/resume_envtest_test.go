@@ -63,6 +63,8 @@ func TestResume(t *testing.T) {
 				metric(t, "kdefer_run_failures_total", "reason", v1.ReasonRetriesExhausted), failures+1)
 		}
 
+		// finish stopped the running defer pod; its kubelet would remove it.
+		h.deletePod(dp, 0)
 		h.annotate(run, v1.AnnotationRetry, "2026-12-01T16:00:00Z")
 		dp = h.waitAttempt(run, "1")
 		if len(dp.Spec.InitContainers) != 0 || len(dp.Spec.Containers) != 1 || dp.Spec.Containers[0].Name != "notify" {
