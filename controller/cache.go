@@ -53,8 +53,8 @@ func stripNode(obj any) (any, error) {
 
 var _ toolscache.TransformFunc = stripNode
 
-// stripPVC keeps a work PVC's metadata: the reconcilers read its owners and
-// patch or delete it, never update it whole.
+// stripPVC keeps a work PVC's metadata and size: the reconcilers read its
+// owners and patch or delete it, never update it whole.
 func stripPVC(obj any) (any, error) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
 	if !ok {
@@ -62,7 +62,15 @@ func stripPVC(obj any) (any, error) {
 	}
 	pvc.ManagedFields = nil
 	pvc.Annotations, pvc.Labels = nil, nil
-	pvc.Spec = corev1.PersistentVolumeClaimSpec{}
-	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase}
+	// The size is kept for kdefer_retained_volume_bytes.
+	var spec corev1.PersistentVolumeClaimSpec
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: q}
+	}
+	st := corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase}
+	if q, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
+		st.Capacity = corev1.ResourceList{corev1.ResourceStorage: q}
+	}
+	pvc.Spec, pvc.Status = spec, st
 	return pvc, nil
 }

@@ -293,6 +293,12 @@ func (r *RunReconciler) writeStatus(ctx context.Context, s *runState) error {
 	Metrics.Writes.WithLabelValues("status").Inc()
 	if s.finishedNow {
 		Metrics.Runs.WithLabelValues(string(s.status.Trigger), s.status.State).Inc()
+		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunFailed); c != nil && c.Status == metav1.ConditionTrue {
+			Metrics.Failures.WithLabelValues(c.Reason).Inc()
+		}
+		if start := attemptStart(s.status); !start.IsZero() && s.status.CompletionTime != nil {
+			Metrics.Duration.WithLabelValues(s.status.State).Observe(s.status.CompletionTime.Sub(start).Seconds())
+		}
 		Metrics.StageBytes.Add(float64(s.status.Bytes))
 		if meta.IsStatusConditionTrue(s.status.Conditions, v1.DeferRunIncomplete) {
 			Metrics.Incomplete.Inc()

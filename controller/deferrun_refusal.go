@@ -32,6 +32,7 @@ func (r *RunReconciler) refused(ctx context.Context, s *runState, pod *corev1.Po
 		rf.Count++
 		rf.LastReason, rf.LastMessage, rf.LastTime = truncate(reason, 256), truncate(msg, 512), metav1.Time{Time: s.now}
 		s.status.Refusals = rf
+		Metrics.Refusals.WithLabelValues(refusalLabel(reason)).Inc()
 		log.FromContext(ctx).Info("defer pod refused by its node", "pod", pod.Name, "node", pod.Spec.NodeName, "reason", reason, "refusals", rf.Count)
 		s.events = append(s.events, event{corev1.EventTypeWarning, v1.ReasonDeferPodRefused, fmt.Sprintf(
 			"defer pod %s refused by node %s (%d so far): %s: %s; created again in %s",

@@ -20,6 +20,9 @@ var Metrics = struct {
 	Reaction   prometheus.Histogram
 	Writes     *prometheus.CounterVec
 	Resumes    *prometheus.CounterVec
+	Refusals   *prometheus.CounterVec
+	Failures   *prometheus.CounterVec
+	Duration   *prometheus.HistogramVec
 }{
 	Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kdefer_runs_total", Help: "Finished defer runs by trigger and result (Succeeded, Failed, Skipped).",
@@ -41,8 +44,20 @@ var Metrics = struct {
 	Resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kdefer_run_resumes_total", Help: "Failed defer runs resumed, by cause (RetryRequested, NodeReturned).",
 	}, []string{"cause"}),
+	Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kdefer_defer_pod_refusals_total", Help: "Defer pods their node refused to admit or evicted (each created again after a backoff), by the node's reason (OutOfcpu, Evicted, ...).",
+	}, []string{"reason"}),
+	Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kdefer_run_failures_total", Help: "Defer runs that failed, by the Failed condition's reason (DeadlineExceeded, NodeLost, RetriesExhausted, ...).",
+	}, []string{"reason"}),
+	Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kdefer_run_duration_seconds",
+		Help:    "Time from a managed pod seen ended (or a failed run resumed) to its run finished, by result.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600},
+	}, []string{"result"}),
 }
 
 func init() {
-	metrics.Registry.MustRegister(Metrics.Runs, Metrics.Incomplete, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes, Metrics.Resumes)
+	metrics.Registry.MustRegister(Metrics.Runs, Metrics.Incomplete, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes,
+		Metrics.Resumes, Metrics.Refusals, Metrics.Failures, Metrics.Duration, runGauges)
 }

@@ -86,6 +86,7 @@ func TestDeferPodRefusedRecreated(t *testing.T) {
 	h := newHarness(t)
 	h.start()
 	ns := h.namespace("refused")
+	refusals := metric(t, "kdefer_defer_pod_refusals_total", "reason", "OutOfcpu")
 	_, pod := h.managedJobPod(ns, "p")
 	run := h.waitArmed(pod)
 	h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 137, "Error", corev1.PodFailed, "Evicted") })
@@ -106,6 +107,9 @@ func TestDeferPodRefusedRecreated(t *testing.T) {
 		return rf != nil && rf.Count == 1 && rf.LastReason == "OutOfcpu", nil
 	})
 	h.waitEvent(run, v1.ReasonDeferPodRefused)
+	if got := metric(t, "kdefer_defer_pod_refusals_total", "reason", "OutOfcpu"); got != refusals+1 {
+		t.Errorf("kdefer_defer_pod_refusals_total{reason=OutOfcpu} = %v, want %v", got, refusals+1)
+	}
 	second := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: ns}}
 	h.eventually("a new defer pod", func() (bool, error) {
 		err := h.get(second)

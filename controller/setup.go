@@ -102,6 +102,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	}
 	runRec := NewRunReconciler(c, mgr.GetAPIReader(), mgr.GetEventRecorder("kdefer-controller"), opts.Clock, opts.DeferPod)
 	runRec.exp = exp
+	runGauges.use(c)
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("kdefer-pod").
 		For(&corev1.Pod{}, builder.WithPredicates(managed)).
