@@ -127,18 +127,41 @@ func TestKubeletRestartedDuringStageOut(t *testing.T) {
 	s.cleanUp("sim")
 }
 
+// TestKdeferDown: kdefer's manager is down (scaled to zero) while pods end,
+// Jobs and namespaces are deleted and pods are evicted; once it is back,
+// nothing is lost. The cases share one outage and run side by side.
+func TestKdeferDown(t *testing.T) {
+	o := newOutage(t, 4)
+	t.Run("JobDeletedForeground", func(t *testing.T) {
+		t.Parallel()
+		deletedWhileDown(t, o, "down-fg", metav1.DeletePropagationForeground)
+	})
+	t.Run("JobDeletedBackground", func(t *testing.T) {
+		t.Parallel()
+		deletedWhileDown(t, o, "down-bg", metav1.DeletePropagationBackground)
+	})
+	t.Run("PodEvicted", func(t *testing.T) {
+		t.Parallel()
+		podEvictedWhileDown(t, o)
+	})
+	t.Run("NamespaceDeleted", func(t *testing.T) {
+		t.Parallel()
+		namespaceDeletedWhileDown(t, o)
+	})
+}
+
 // kdeferDown is issue 6's set-up: a Job of two pods run one after the
 // other; kdefer arms the first, then is stopped; the first ends, the Job
 // controller creates the second while kdefer is down, and it runs. Returns
 // the two pods.
-func kdeferDown(t *testing.T, s *scenario, w workload) (string, string) {
+func kdeferDown(t *testing.T, s *scenario, o *outageCase, w workload) (string, string) {
 	job := s.job("sim", w)
 	job.Spec.Completions = ptr.To[int32](2)
 	job.Spec.Parallelism = ptr.To[int32](1)
 	s.create(job)
 	first := s.waitReady(time.Minute)
 	s.waitRun(first, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
-	s.stopKdefer()
+	o.down()
 	s.sig.release(first)
 	second := s.waitReady(2 * time.Minute)
 	if second == first {
@@ -163,11 +186,12 @@ func jobGone(s *scenario) {
 
 // deletedWhileDown: the Job is deleted with propagation while kdefer is
 // down; the work PVC survives; kdefer, once back, stages out both pods.
-func deletedWhileDown(t *testing.T, prefix string, propagation metav1.DeletionPropagation) {
+func deletedWhileDown(t *testing.T, o *outage, prefix string, propagation metav1.DeletionPropagation) {
 	s := newScenario(t, prefix)
+	c := o.join(s)
 	w := small
 	w.mode = "wait 0"
-	first, second := kdeferDown(t, s, w)
+	first, second := kdeferDown(t, s, c, w)
 	if err := s.env.Clientset.BatchV1().Jobs(s.ns).Delete(s.ctx, "sim", metav1.DeleteOptions{PropagationPolicy: ptr.To(propagation)}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +210,7 @@ func deletedWhileDown(t *testing.T, prefix string, propagation metav1.DeletionPr
 	s.pvcStaysGuarded(second, time.Second)
 	s.logf("pod %s stopped with the Job's %s deletion (phase %s, deletionTimestamp %s, grace 0, containers %s); its PVC is still Bound",
 		second, propagation, p.Status.Phase, p.DeletionTimestamp.UTC().Format(time.RFC3339), finishes(p))
-	s.startKdefer()
+	c.up()
 	s.waitManifest("sim", first, 2*time.Minute)
 	s.waitManifest("sim", second, 2*time.Minute)
 	s.runTrigger(second, v1.TriggerDeleted)
@@ -198,20 +222,13 @@ func deletedWhileDown(t *testing.T, prefix string, propagation metav1.DeletionPr
 	jobGone(s)
 }
 
-func TestKdeferDownJobDeletedForeground(t *testing.T) {
-	deletedWhileDown(t, "down-fg", metav1.DeletePropagationForeground)
-}
-
-func TestKdeferDownJobDeletedBackground(t *testing.T) {
-	deletedWhileDown(t, "down-bg", metav1.DeletePropagationBackground)
-}
-
-// TestKdeferDownPodEvicted: the running pod is evicted while kdefer is down.
-func TestKdeferDownPodEvicted(t *testing.T) {
+// podEvictedWhileDown: the running pod is evicted while kdefer is down.
+func podEvictedWhileDown(t *testing.T, o *outage) {
 	s := newScenario(t, "down-evict")
+	c := o.join(s)
 	w := small
 	w.mode = "wait 0"
-	first, second := kdeferDown(t, s, w)
+	first, second := kdeferDown(t, s, c, w)
 	if err := s.env.Evict(s.ctx, s.ns, second); err != nil {
 		t.Fatalf("evict %s: %v", second, err)
 	}
@@ -221,7 +238,7 @@ func TestKdeferDownPodEvicted(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.pvcGuarded(second)
-	s.startKdefer()
+	c.up()
 	r1 := s.waitFinished(first, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 	r2 := s.waitFinished(second, v1.TriggerDrained, v1.DeferRunSucceeded, 2*time.Minute)
 	s.checkOutputs("sim", first, w, v1.TriggerSucceeded)
@@ -232,17 +249,18 @@ func TestKdeferDownPodEvicted(t *testing.T) {
 	s.cleanUp("sim")
 }
 
-// TestKdeferDownNamespaceDeleted: deleting a namespace whose managed pod
-// runs while kdefer is down finishes once kdefer is back (the admission
-// policy lets namespace deletion through).
-func TestKdeferDownNamespaceDeleted(t *testing.T) {
+// namespaceDeletedWhileDown: deleting a namespace whose managed pod runs
+// while kdefer is down finishes once kdefer is back (the admission policy
+// lets namespace deletion through).
+func namespaceDeletedWhileDown(t *testing.T, o *outage) {
 	s := newScenario(t, "down-ns")
+	c := o.join(s)
 	w := small
 	w.mode = "hold"
 	s.create(s.job("sim", w))
 	pod := s.waitReady(time.Minute)
 	s.recordPVs()
-	s.stopKdefer()
+	c.down()
 	if err := s.env.Clientset.CoreV1().Namespaces().Delete(s.ctx, s.ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +269,7 @@ func TestKdeferDownNamespaceDeleted(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	s.startKdefer()
+	c.up()
 	if err := waitNamespaceGone(s, time.Minute); err != nil {
 		t.Fatal(err)
 	}

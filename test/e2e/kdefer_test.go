@@ -81,11 +81,10 @@ func (s *scenario) waitController(restarts int32) {
 	s.logf("kdefer-controller back")
 }
 
-// stopKdefer scales kdefer to zero and waits until no manager runs; the
-// test's cleanup starts it again in any case.
-func (s *scenario) stopKdefer() {
+// stopKdefer scales kdefer to zero and waits until no manager runs (an
+// outage starts it again).
+func stopKdefer(s *scenario) {
 	s.t.Helper()
-	s.t.Cleanup(func() { startKdefer(context.Background(), s.t) })
 	if out, err := kubectl(s.ctx, "-n", kdeferNS, "scale", "deployment/kdefer-controller", "--replicas=0"); err != nil {
 		s.t.Fatalf("scale kdefer to 0: %v: %s", err, out)
 	}
