@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kdefer/kdefer/storage"
 )
@@ -34,6 +35,8 @@ type fileRoot struct {
 	// dirMode is the mode of the directories a write creates
 	// (dir_file_mode, as fileblob).
 	dirMode fs.FileMode
+	// openTimeout gives up an open that hangs (storage.OpenFile).
+	openTimeout time.Duration
 }
 
 // fileAttrsExt is the suffix of fileblob's attribute sidecars ("k.attrs"
@@ -43,12 +46,12 @@ const fileAttrsExt = ".attrs"
 // maxAttrsSize bounds what is read of a sidecar: fileblob's are ~200 bytes.
 const maxAttrsSize = 64 << 10
 
-func openFileRoot(dir string, noSidecars bool, dirMode fs.FileMode) (*fileRoot, error) {
+func openFileRoot(dir string, noSidecars bool, dirMode fs.FileMode, openTimeout time.Duration) (*fileRoot, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars, dirMode: dirMode}, nil
+	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars, dirMode: dirMode, openTimeout: openTimeout}, nil
 }
 
 // dropSidecar removes key's sidecar before a write that leaves none.
@@ -85,7 +88,7 @@ func (fr *fileRoot) open(ctx context.Context, key string) (*os.File, fs.FileInfo
 	}
 	// Non-blocking (opening a FIFO for reading would otherwise wait for a
 	// writer) and bounded in time (storage.OpenFile).
-	f, err := storage.OpenFile(ctx, fr.root, name, os.O_RDONLY)
+	f, err := storage.OpenFile(ctx, fr.root, name, os.O_RDONLY, fr.openTimeout)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, err
@@ -155,7 +158,7 @@ func fileKind(m fs.FileMode) string {
 // md5 returns the MD5 fileblob recorded for the file name, or nil: a missing,
 // unreadable or malformed sidecar only means no checksum is known.
 func (fr *fileRoot) md5(ctx context.Context, name string) []byte {
-	f, ok := storage.OpenRegular(ctx, fr.root, name+fileAttrsExt)
+	f, ok := storage.OpenRegular(ctx, fr.root, name+fileAttrsExt, fr.openTimeout)
 	if !ok {
 		return nil
 	}
