@@ -11,6 +11,15 @@
 #                             # duration-bounded run at its deadline with a
 #                             # spurious "context deadline exceeded" on a
 #                             # loaded machine, golang/go#75804)
+#
+# Minimization is bounded to 100 executions (also a count): the fuzzer
+# minimizes every input that finds new coverage, by default for up to 60 s,
+# and in a count-bounded run that minimization reserves half the count, so
+# the other worker stops until it ends. FuzzWalk, whose executions build a
+# tree on disk (0.2 s for a 40-deep one), stalled ~40 s per new input that
+# way. A crasher is then reported less minimized; rerun it with
+# `go test -run 'FuzzX/ID'` and minimize by hand, or with a longer
+# -fuzzminimizetime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-10000x}
@@ -33,6 +42,6 @@ for pkg in $(printf '%s\n' "${!targets[@]}" | sort); do
 		echo "fuzz $pkg $fn ($fuzztime)"
 		# A test binary runs in its package's directory, where testdata/fuzz is.
 		(cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^$fn\$" -test.fuzztime "$fuzztime" \
-			-test.fuzzcachedir "$cache/$importpath")
+			-test.fuzzminimizetime 100x -test.fuzzcachedir "$cache/$importpath")
 	done
 done

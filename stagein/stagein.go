@@ -77,7 +77,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	be := o.Backend
 	if be == nil {
-		be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, IdleTimeout: o.IdleTimeout})
+		be, err = storage.Open(ctx, loc, o.TransferOptions.OpenOptions(false))
 		if err != nil {
 			return Result{}, err
 		}
@@ -272,7 +272,7 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 		}
 	}
 	// What the Lstat saw may have been swapped for a FIFO since.
-	f, ok := storage.OpenRegular(ctx, d.root, en.rel)
+	f, ok := storage.OpenRegular(ctx, d.root, en.rel, d.o.OpenTimeout)
 	if !ok {
 		return false, nil
 	}

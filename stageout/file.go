@@ -94,7 +94,7 @@ func (e *engine) read(ctx context.Context, pool *storage.Pool, f *file, existing
 // (SIGTERM included), and gives up on an open that hangs all the same; the
 // caller then refuses everything fstat does not call a regular file.
 func (e *engine) open(ctx context.Context, rel string) (*os.File, error) {
-	return storage.OpenFile(ctx, e.root, rel, os.O_RDONLY)
+	return storage.OpenFile(ctx, e.root, rel, os.O_RDONLY, e.o.OpenTimeout)
 }
 
 // store uploads src under f.key, unless the object there has its content

@@ -127,7 +127,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	e.results = newSpill(func(error) {})
 	defer e.results.close()
 	var spillErr error
-	err = walk.Walk(ctx, root, loc.Prefix, filter, o.Log, func(wf walk.File) {
+	err = walk.Walk(ctx, root, walk.Options{Prefix: loc.Prefix, Filter: filter, OpenTimeout: o.OpenTimeout, Log: o.Log}, func(wf walk.File) {
 		f := file{rel: wf.Rel, key: wf.Key, encoded: wf.Encoded, size: wf.Size, mtime: wf.ModTime}
 		e.prog.FilesTotal.Add(1)
 		e.prog.BytesTotal.Add(f.size)
@@ -147,7 +147,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	e.be = o.Backend
 	if e.be == nil && !missingFileDir(o.DryRun, loc) {
-		e.be, err = storage.Open(ctx, loc, storage.OpenOptions{Concurrency: o.Concurrency, Create: !o.DryRun, IdleTimeout: o.IdleTimeout})
+		e.be, err = storage.Open(ctx, loc, o.TransferOptions.OpenOptions(!o.DryRun))
 		if err != nil {
 			return Result{}, err
 		}

@@ -254,6 +254,9 @@ type OpenOptions struct {
 	// IdleTimeout fails an S3 connection that makes no progress for this
 	// long (0: DefaultIdleTimeout; negative: never).
 	IdleTimeout time.Duration
+	// OpenTimeout gives up an open of a file:// file or directory that
+	// hangs (0: DefaultOpenTimeout; see OpenFile).
+	OpenTimeout time.Duration
 }
 
 // DefaultIdleTimeout is how long a transfer may stall before it is retried.
@@ -303,6 +306,9 @@ func Open(ctx context.Context, loc Location, opts OpenOptions) (Backend, error) 
 	}
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = DefaultOpenTimeout
 	}
 	driversMu.RLock()
 	d, ok := drivers[loc.Scheme]

@@ -4,28 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"syscall"
 	"time"
 )
 
-// OpenTimeout bounds one open of a local file. O_NONBLOCK keeps the open of
-// a FIFO from waiting for a writer, but an open can still hang where no
-// flag helps (a hard NFS mount whose server went away, a FUSE server that
-// does not answer, a device driver): such a file costs itself, not the
-// step's deadline.
-const OpenTimeout = 30 * time.Second
+// DefaultOpenTimeout bounds one open of a local file unless the engines are
+// told otherwise (TransferOptions.OpenTimeout, kdefer-stage --open-timeout).
+// O_NONBLOCK keeps the open of a FIFO from waiting for a writer, but an open
+// can still hang where no flag helps (a hard NFS mount whose server went
+// away, a FUSE server that does not answer, a device driver): such a file
+// costs itself, not the step's deadline. 30 s is long enough for a mount
+// that is only slow (an NFS server failing over, a FUSE server paging in)
+// to answer, and short against any deadline a run has.
+const DefaultOpenTimeout = 30 * time.Second
 
-// ErrOpenHung is wrapped by the error of an open given up after OpenTimeout.
+// ErrOpenHung is wrapped by the error of an open given up after its timeout.
 var ErrOpenHung = errors.New("no answer")
 
 // OpenFile opens name under root with flag, non-blocking (O_NONBLOCK changes
 // nothing for a regular file or a directory), and gives up when ctx ends or
-// after OpenTimeout; see openWithin. The caller checks what it opened: what
-// an earlier Lstat saw may have been swapped since.
-func OpenFile(ctx context.Context, root *os.Root, name string, flag int) (*os.File, error) {
-	return openWithin(ctx, OpenTimeout, name, func() (*os.File, error) {
+// after timeout (0: DefaultOpenTimeout); see openWithin. The caller checks
+// what it opened: what an earlier Lstat saw may have been swapped since.
+func OpenFile(ctx context.Context, root *os.Root, name string, flag int, timeout time.Duration) (*os.File, error) {
+	if timeout <= 0 {
+		timeout = DefaultOpenTimeout
+	}
+	return openWithin(ctx, timeout, name, func() (*os.File, error) {
 		return root.OpenFile(name, flag|syscall.O_NONBLOCK, 0)
 	})
 }
@@ -67,8 +74,8 @@ func openWithin(ctx context.Context, timeout time.Duration, name string, open fu
 // now, checked on the opened descriptor, non-blocking and bounded in time
 // (OpenFile). For callers to whom anything else only means "not usable" (no
 // error to report); the caller closes the file.
-func OpenRegular(ctx context.Context, root *os.Root, name string) (*os.File, bool) {
-	f, err := OpenFile(ctx, root, name, os.O_RDONLY)
+func OpenRegular(ctx context.Context, root *os.Root, name string, timeout time.Duration) (*os.File, bool) {
+	f, err := OpenFile(ctx, root, name, os.O_RDONLY, timeout)
 	if err != nil {
 		return nil, false
 	}
@@ -77,4 +84,41 @@ func OpenRegular(ctx context.Context, root *os.Root, name string) (*os.File, boo
 		return nil, false
 	}
 	return f, true
+}
+
+// readDirBatch is how many directory entries ReadDir reads at once: a
+// directory of a million files is listed in bounded memory.
+const readDirBatch = 1024
+
+// ReadDir calls fn for each entry of the directory dir under root, in
+// directory order (sorting would hold a whole directory in memory), and
+// stops at fn's first error. It opens dir as a directory only (O_DIRECTORY),
+// non-blocking and bounded in time (OpenFile): a directory swapped for a
+// FIFO after its parent was listed fails at once (ENOTDIR) instead of
+// waiting for a writer for good, SIGTERM included. It reads through root, not
+// root.FS(), whose io/fs paths must be valid UTF-8: a directory with any
+// other name would be lost.
+func ReadDir(ctx context.Context, root *os.Root, dir string, timeout time.Duration, fn func(fs.DirEntry) error) error {
+	f, err := OpenFile(ctx, root, dir, os.O_RDONLY|syscall.O_DIRECTORY, timeout)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		ents, err := f.ReadDir(readDirBatch)
+		for _, d := range ents {
+			if err := fn(d); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(ents) == 0) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }

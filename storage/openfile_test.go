@@ -62,12 +62,12 @@ func TestOpenFileFIFO(t *testing.T) {
 	}
 	defer root.Close()
 	ctx := context.Background()
-	f, err := OpenFile(ctx, root, "pipe", os.O_RDONLY)
+	f, err := OpenFile(ctx, root, "pipe", os.O_RDONLY, 0)
 	if err != nil {
 		t.Fatalf("OpenFile of a FIFO: %v", err)
 	}
 	f.Close()
-	if f, ok := OpenRegular(ctx, root, "pipe"); ok {
+	if f, ok := OpenRegular(ctx, root, "pipe", 0); ok {
 		f.Close()
 		t.Error("OpenRegular opened a FIFO")
 	}

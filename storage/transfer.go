@@ -26,6 +26,9 @@ type TransferOptions struct {
 	Watch func(ctx context.Context, p *Progress)
 	// IdleTimeout fails a stalled S3 connection (see OpenOptions).
 	IdleTimeout time.Duration
+	// OpenTimeout gives up one open of a local file that hangs (default
+	// DefaultOpenTimeout; see OpenFile): the file costs itself, not the run.
+	OpenTimeout time.Duration
 	// Backend, when set, is used instead of opening the URL (tests).
 	Backend Backend
 	// Include and Exclude choose the files by their relative path (Filter).
@@ -33,6 +36,11 @@ type TransferOptions struct {
 	// DryRun logs what would be transferred and skipped, and writes
 	// nothing: no object, no manifest, no local file or directory.
 	DryRun bool
+}
+
+// OpenOptions are the options a backend is opened with for this transfer.
+func (o TransferOptions) OpenOptions(create bool) OpenOptions {
+	return OpenOptions{Concurrency: o.Concurrency, Create: create, IdleTimeout: o.IdleTimeout, OpenTimeout: o.OpenTimeout}
 }
 
 // ReportProgress shows p until ctx ends: through Watch when set, else as a
@@ -49,10 +57,14 @@ func (o TransferOptions) ReportProgress(ctx context.Context, p *Progress) {
 const DefaultConcurrency = 16
 
 // WithDefaults returns o with what is unset filled in: DefaultConcurrency
-// transfers, the real clock, and retries waiting on that clock.
+// transfers, DefaultOpenTimeout, the real clock, and retries waiting on that
+// clock.
 func (o TransferOptions) WithDefaults() TransferOptions {
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
+	}
+	if o.OpenTimeout <= 0 {
+		o.OpenTimeout = DefaultOpenTimeout
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -35,6 +35,7 @@ type options struct {
 	attempts         int
 	cpuProfile       string
 	idleTimeout      time.Duration
+	openTimeout      time.Duration
 	include, exclude []string
 	dryRun           bool
 
@@ -51,6 +52,7 @@ func (o *options) addFlags(root *cobra.Command) {
 	pf.StringVar(&o.logFormat, "log-format", "auto", "json, console, or auto (console on a terminal)")
 	pf.IntVar(&o.attempts, "attempts", storage.DefaultRetry().Attempts, "tries per request on transient errors")
 	pf.DurationVar(&o.idleTimeout, "idle-timeout", storage.DefaultIdleTimeout, "retry a transfer whose connection makes no progress for this long")
+	pf.DurationVar(&o.openTimeout, "open-timeout", storage.DefaultOpenTimeout, "give up opening a local file or directory that does not answer (a dead NFS or FUSE mount) after this long; that file alone is not staged")
 	pf.StringArrayVar(&o.include, "include", nil, "only transfer paths matching this glob (repeatable; ** crosses directories, {a,b} either)")
 	pf.StringArrayVar(&o.exclude, "exclude", nil, "skip paths matching this glob (repeatable)")
 	pf.BoolVar(&o.dryRun, "dry-run", false, "log what would be transferred and skipped; write nothing")
@@ -106,7 +108,7 @@ func (o *options) command(ctx context.Context, s step) *cobra.Command {
 	s.cmd.RunE = func(*cobra.Command, []string) error {
 		log, interval, tty := o.logger()
 		*s.transfer = storage.TransferOptions{Log: log, ProgressInterval: interval, Concurrency: o.concurrency,
-			Retry: o.retry(log), IdleTimeout: o.idleTimeout, Include: o.include, Exclude: o.exclude, DryRun: o.dryRun}
+			Retry: o.retry(log), IdleTimeout: o.idleTimeout, OpenTimeout: o.openTimeout, Include: o.include, Exclude: o.exclude, DryRun: o.dryRun}
 		if tty && o.logFormat != "json" {
 			s.transfer.Watch = progressBar(o.stderr, s.op)
 		}

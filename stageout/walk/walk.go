@@ -9,11 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,9 +52,17 @@ func Reason(err error) string {
 	}
 }
 
-// walkBatch is how many directory entries are read at once: a directory of
-// a million files is listed in bounded memory.
-const walkBatch = 1024
+// Options say what a walk chooses and how it opens directories.
+type Options struct {
+	// Prefix is put before each file's key (storage.KeyFor).
+	Prefix string
+	// Filter chooses files by their relative path.
+	Filter *storage.Filter
+	// OpenTimeout gives up opening a directory that hangs (0:
+	// storage.DefaultOpenTimeout): the directory is skipped.
+	OpenTimeout time.Duration
+	Log         zerolog.Logger
+}
 
 // Walk calls emit for every regular file under root the filter chooses, and
 // skip for what it chose but cannot stage (unreadable directories, special
@@ -64,13 +70,12 @@ const walkBatch = 1024
 // not cost the others. Only an unreadable root is an error.
 //
 // It reads directories through root (os.Root: nothing outside it is ever
-// reached) and not through root.FS(), whose io/fs paths must be valid UTF-8:
-// a directory with any other name would be lost. Symlinks are followed only
-// to regular files inside root; symlinked directories are not followed (no
-// loops, no escapes). Entries come in directory order, not sorted: sorting
-// would hold a whole directory in memory.
-func Walk(ctx context.Context, root *os.Root, prefix string, filter *storage.Filter, log zerolog.Logger, emit func(File), skip func(rel, reason string)) error {
-	w := &walker{root: root, prefix: prefix, filter: filter, log: log, emit: emit, skip: skip}
+// reached) with storage.ReadDir: any name, directories opened as
+// directories only, non-blocking and bounded in time. Symlinks are followed
+// only to regular files inside root; symlinked directories are not followed
+// (no loops, no escapes). Entries come in directory order, not sorted.
+func Walk(ctx context.Context, root *os.Root, o Options, emit func(File), skip func(rel, reason string)) error {
+	w := &walker{root: root, o: o, emit: emit, skip: skip}
 	dirs := []string{"."}
 	for len(dirs) > 0 {
 		dir := dirs[len(dirs)-1]
@@ -95,50 +100,35 @@ func Walk(ctx context.Context, root *os.Root, prefix string, filter *storage.Fil
 }
 
 type walker struct {
-	root   *os.Root
-	prefix string
-	filter *storage.Filter
-	log    zerolog.Logger
-	emit   func(File)
-	skip   func(rel, reason string)
+	root *os.Root
+	o    Options
+	emit func(File)
+	skip func(rel, reason string)
 }
 
-// dir visits the entries of dir and returns its subdirectories. It opens
-// dir as a directory only (O_DIRECTORY), non-blocking and bounded in time
-// (storage.OpenFile): a directory swapped for a FIFO after its parent was
-// listed is refused at once instead of blocking the walk for good.
+// dir visits the entries of dir and returns its subdirectories. A
+// directory swapped for a FIFO after its parent was listed is refused at
+// once (storage.ReadDir) instead of blocking the walk for good.
 func (w *walker) dir(ctx context.Context, dir string) ([]string, error) {
-	f, err := storage.OpenFile(ctx, w.root, dir, os.O_RDONLY|syscall.O_DIRECTORY)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var sub []string
-	for {
-		ents, err := f.ReadDir(walkBatch)
-		for _, d := range ents {
-			p := d.Name()
-			if dir != "." {
-				p = dir + "/" + p
-			}
-			if d.IsDir() {
-				sub = append(sub, p)
-				continue
-			}
+	err := storage.ReadDir(ctx, w.root, dir, w.o.OpenTimeout, func(d fs.DirEntry) error {
+		p := d.Name()
+		if dir != "." {
+			p = dir + "/" + p
+		}
+		if d.IsDir() {
+			sub = append(sub, p)
+		} else {
 			w.entry(p, d)
 		}
-		if errors.Is(err, io.EOF) || (err == nil && len(ents) == 0) {
-			return sub, nil
-		}
-		if err != nil {
-			return sub, err
-		}
-	}
+		return nil
+	})
+	return sub, err
 }
 
 // entry visits one non-directory entry.
 func (w *walker) entry(p string, d fs.DirEntry) {
-	if !w.filter.Match(p) {
+	if !w.o.Filter.Match(p) {
 		return
 	}
 	info, err := d.Info()
@@ -153,11 +143,11 @@ func (w *walker) entry(p string, d fs.DirEntry) {
 			return
 		}
 		if err != nil {
-			w.log.Warn().Str("path", storage.ManifestPath(p)).Str("reason", "symlink target is outside the directory or missing").Msg("skip symlink")
+			w.o.Log.Warn().Str("path", storage.ManifestPath(p)).Str("reason", "symlink target is outside the directory or missing").Msg("skip symlink")
 			return
 		}
 		if !target.Mode().IsRegular() {
-			w.log.Warn().Str("path", storage.ManifestPath(p)).Str("reason", "symlink to a non-regular file or directory is not followed").Msg("skip symlink")
+			w.o.Log.Warn().Str("path", storage.ManifestPath(p)).Str("reason", "symlink to a non-regular file or directory is not followed").Msg("skip symlink")
 			return
 		}
 		info = target
@@ -165,7 +155,7 @@ func (w *walker) entry(p string, d fs.DirEntry) {
 		w.skip(p, ReasonNotRegular)
 		return
 	}
-	key, encoded, err := storage.KeyFor(w.prefix, p)
+	key, encoded, err := storage.KeyFor(w.o.Prefix, p)
 	if err != nil {
 		w.skip(p, err.Error())
 		return

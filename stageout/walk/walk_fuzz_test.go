@@ -5,11 +5,13 @@ package walk_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -158,6 +160,11 @@ func build(t *testing.T, ops []byte) *tree {
 // each once, under the key KeyFor gives; and no regular file is lost
 // silently: each is chosen, or it or a directory above it is listed as
 // skipped with a reason. FIFOs are never chosen.
+//
+// Directories are opened with a short timeout: nothing in a generated tree
+// blocks an open (FIFOs are opened non-blocking), and should one block all
+// the same, it costs the input 200 ms, not the production 30 s (which is
+// past the fuzzing worker's 10 s limit per input).
 func FuzzWalk(f *testing.F) {
 	seeds := [][]byte{
 		{opFile, 3, 'a', '\n', 'b', opFile, 2, 0xff, 0xfe},
@@ -186,7 +193,8 @@ func FuzzWalk(f *testing.F) {
 		const prefix = "out/"
 		chosen := map[string]bool{}
 		skipped := map[string]string{}
-		err = walk.Walk(context.Background(), root, prefix, filter, zerolog.Nop(), func(f walk.File) {
+		o := walk.Options{Prefix: prefix, Filter: filter, OpenTimeout: 200 * time.Millisecond, Log: zerolog.Nop()}
+		err = walk.Walk(context.Background(), root, o, func(f walk.File) {
 			if chosen[f.Rel] {
 				t.Errorf("chose %q twice", f.Rel)
 			}
@@ -204,6 +212,11 @@ func FuzzWalk(f *testing.F) {
 			}
 			skipped[rel] = reason
 		})
+		if errors.Is(err, storage.ErrOpenHung) {
+			// Only a machine too loaded to open a local directory in
+			// 200 ms gets here; what the walk chose is then not the point.
+			t.Skipf("Walk: %v", err)
+		}
 		if err != nil {
 			t.Fatalf("Walk: %v", err)
 		}

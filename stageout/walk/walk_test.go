@@ -47,7 +47,7 @@ func TestDirSwappedForFIFO(t *testing.T) {
 	skipped := map[string]string{}
 	done := make(chan error, 1)
 	go func() {
-		done <- walk.Walk(context.Background(), root, "", filter, zerolog.Nop(), func(f walk.File) {
+		done <- walk.Walk(context.Background(), root, walk.Options{Filter: filter, Log: zerolog.Nop()}, func(f walk.File) {
 			if f.Rel != "a" {
 				return
 			}

@@ -78,7 +78,7 @@ func openBlob(ctx context.Context, loc storage.Location, opts storage.OpenOption
 	}
 	bb := &blobBackend{b: b}
 	if loc.Scheme == "file" {
-		if bb.fr, err = openFileRoot(loc.Bucket, q.Get("metadata") == "skip", dirMode(q.Get("dir_file_mode"))); err != nil {
+		if bb.fr, err = openFileRoot(loc.Bucket, q.Get("metadata") == "skip", dirMode(q.Get("dir_file_mode")), opts.OpenTimeout); err != nil {
 			b.Close()
 			return nil, &storage.Error{Class: storage.Permanent, Op: "open " + loc.String(), Fix: "fix the directory in the URL", Err: err}
 		}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/kdefer/kdefer/storage"
 )
@@ -34,6 +36,8 @@ type fileRoot struct {
 	// dirMode is the mode of the directories a write creates
 	// (dir_file_mode, as fileblob).
 	dirMode fs.FileMode
+	// openTimeout gives up an open that hangs (storage.OpenFile).
+	openTimeout time.Duration
 }
 
 // fileAttrsExt is the suffix of fileblob's attribute sidecars ("k.attrs"
@@ -43,12 +47,12 @@ const fileAttrsExt = ".attrs"
 // maxAttrsSize bounds what is read of a sidecar: fileblob's are ~200 bytes.
 const maxAttrsSize = 64 << 10
 
-func openFileRoot(dir string, noSidecars bool, dirMode fs.FileMode) (*fileRoot, error) {
+func openFileRoot(dir string, noSidecars bool, dirMode fs.FileMode, openTimeout time.Duration) (*fileRoot, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars, dirMode: dirMode}, nil
+	return &fileRoot{root: r, dir: dir, noSidecars: noSidecars, dirMode: dirMode, openTimeout: openTimeout}, nil
 }
 
 // dropSidecar removes key's sidecar before a write that leaves none.
@@ -85,7 +89,7 @@ func (fr *fileRoot) open(ctx context.Context, key string) (*os.File, fs.FileInfo
 	}
 	// Non-blocking (opening a FIFO for reading would otherwise wait for a
 	// writer) and bounded in time (storage.OpenFile).
-	f, err := storage.OpenFile(ctx, fr.root, name, os.O_RDONLY)
+	f, err := storage.OpenFile(ctx, fr.root, name, os.O_RDONLY, fr.openTimeout)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, err
@@ -155,7 +159,7 @@ func fileKind(m fs.FileMode) string {
 // md5 returns the MD5 fileblob recorded for the file name, or nil: a missing,
 // unreadable or malformed sidecar only means no checksum is known.
 func (fr *fileRoot) md5(ctx context.Context, name string) []byte {
-	f, ok := storage.OpenRegular(ctx, fr.root, name+fileAttrsExt)
+	f, ok := storage.OpenRegular(ctx, fr.root, name+fileAttrsExt, fr.openTimeout)
 	if !ok {
 		return nil
 	}
@@ -221,52 +225,92 @@ func (fr *fileRoot) NewReader(ctx context.Context, key string, off, length int64
 
 // List walks the directory below prefix. An entry it would not serve (a
 // symlink leading out, a FIFO, device or socket) is listed with Refused set,
-// so a stage-in refuses it, naming it, before writing anything.
+// so a stage-in refuses it, naming it, before writing anything. Only
+// directories are opened, as directories, non-blocking and bounded in time
+// (storage.ReadDir): the directory may be a volume untrusted code wrote, and
+// fs.WalkDir's blocking open of a directory swapped for a FIFO after its
+// parent was read would wait for a writer for good, SIGTERM included.
+// Entries come in directory order.
 func (fr *fileRoot) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
 	start := "."
 	if i := strings.LastIndex(prefix, "/"); i > 0 {
 		start = fileEscapeKey(prefix[:i])
 	}
-	fsys := fr.root.FS()
-	err := fs.WalkDir(fsys, start, func(name string, d fs.DirEntry, err error) error {
+	dirs := []string{start}
+	for len(dirs) > 0 {
+		dir := dirs[len(dirs)-1]
+		dirs = dirs[:len(dirs)-1]
+		var sub []string
+		err := storage.ReadDir(ctx, fr.root, dir, fr.openTimeout, func(d fs.DirEntry) error {
+			name := d.Name()
+			if dir != "." {
+				name = dir + "/" + name
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if d.IsDir() {
+				// Skip directories no key under the prefix can be in.
+				if k := fileUnescapeKey(name) + "/"; strings.HasPrefix(k, prefix) || strings.HasPrefix(prefix, k) {
+					sub = append(sub, name)
+				}
+				return nil
+			}
+			return fr.listEntry(ctx, prefix, name, d, fn)
+		})
 		if err != nil {
-			if name == start && errors.Is(err, fs.ErrNotExist) {
-				return fs.SkipAll // nothing under the prefix
+			if err := ctx.Err(); err != nil {
+				return err
 			}
-			return &storage.Error{Class: storage.Permanent, Fix: "make the directory readable by the stage step's user", Err: fmt.Errorf("list %s: %w", strconv.Quote(name), err)}
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if name == "." {
-			return nil
-		}
-		key := fileUnescapeKey(name)
-		if d.IsDir() {
-			// Skip directories no key under the prefix can be in.
-			if k := key + "/"; !strings.HasPrefix(k, prefix) && !strings.HasPrefix(prefix, k) {
-				return fs.SkipDir
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // nothing under the prefix, or removed while listed
 			}
-			return nil
+			if dir == start && errors.Is(err, syscall.ENOTDIR) {
+				continue // the prefix names a file: no key is under it
+			}
+			return fr.listError(dir, err)
 		}
-		if strings.HasSuffix(name, fileAttrsExt) || !strings.HasPrefix(key, prefix) {
-			return nil
+		for k := len(sub) - 1; k >= 0; k-- {
+			dirs = append(dirs, sub[k])
 		}
-		oi := storage.ObjectInfo{Key: key}
-		fi, err := fr.root.Stat(name) // follows a link within the directory only
-		switch {
-		case err != nil && errors.Is(err, fs.ErrNotExist) && d.Type()&fs.ModeSymlink == 0:
-			return nil // removed while listed
-		case err != nil:
-			oi.Refused = fr.refuse(key, name, err)
-		case fi.IsDir():
-			return nil // a link to a directory: fileblob lists nothing for it either
-		case !fi.Mode().IsRegular():
-			oi.Refused = fr.notRegular(key, fi.Mode())
-		default:
-			oi.Size, oi.ModTime, oi.MD5 = fi.Size(), fi.ModTime(), fr.md5(ctx, name)
-		}
-		return fn(oi)
-	})
-	return err
+	}
+	return nil
+}
+
+// listEntry lists one entry that is not a directory, if its key is under
+// prefix.
+func (fr *fileRoot) listEntry(ctx context.Context, prefix, name string, d fs.DirEntry, fn func(storage.ObjectInfo) error) error {
+	key := fileUnescapeKey(name)
+	if strings.HasSuffix(name, fileAttrsExt) || !strings.HasPrefix(key, prefix) {
+		return nil
+	}
+	oi := storage.ObjectInfo{Key: key}
+	fi, err := fr.root.Stat(name) // follows a link within the directory only
+	switch {
+	case err != nil && errors.Is(err, fs.ErrNotExist) && d.Type()&fs.ModeSymlink == 0:
+		return nil // removed while listed
+	case err != nil:
+		oi.Refused = fr.refuse(key, name, err)
+	case fi.IsDir():
+		return nil // a link to a directory: fileblob lists nothing for it either
+	case !fi.Mode().IsRegular():
+		oi.Refused = fr.notRegular(key, fi.Mode())
+	default:
+		oi.Size, oi.ModTime, oi.MD5 = fi.Size(), fi.ModTime(), fr.md5(ctx, name)
+	}
+	return fn(oi)
+}
+
+// listError explains a directory List could not read.
+func (fr *fileRoot) listError(dir string, err error) error {
+	if errors.Is(err, storage.ErrOpenHung) {
+		// A stalled mount may answer again: worth a retry.
+		return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("list %s: %w", strconv.Quote(dir), err)}
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		// A directory when its parent was read, something else now.
+		return &storage.Error{Class: storage.Permanent, Fix: "keep only regular files and directories under " + fr.dir,
+			Err: fmt.Errorf("list %s: it is no longer a directory: %w", strconv.Quote(dir), err)}
+	}
+	return &storage.Error{Class: storage.Permanent, Fix: "make the directory readable by the stage step's user", Err: fmt.Errorf("list %s: %w", strconv.Quote(dir), err)}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kdefer/kdefer/storage"
 	"github.com/kdefer/kdefer/storage/storagetest"
@@ -134,5 +135,50 @@ func TestFileSidecarsOnlyOnRequest(t *testing.T) {
 	oi, err := be.Stat(ctx, "page.html")
 	if err != nil || oi.MD5 != nil || !oi.HasCRC32C || oi.CRC32C != storagetest.CRC([]byte("<p>newer</p>")) {
 		t.Errorf("Stat without sidecar = %+v, %v; want the CRC32C of the content", oi, err)
+	}
+}
+
+// List opens directories only, as directories, non-blocking: a directory
+// of a file:// source (a volume untrusted code may still write) swapped for
+// a FIFO after its parent was read fails the listing at once, permanently
+// and naming it, where fs.WalkDir's blocking open waited for a writer for
+// good, SIGTERM included.
+func TestFileListDirSwappedForFIFO(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Release a blocked open, should there be one.
+		if w, err := os.OpenFile(sub, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	})
+	be, _ := storagetest.Open(t, "file://"+dir)
+	done := make(chan error, 1)
+	go func() {
+		// A directory's files are listed before its subdirectories are
+		// read (fs.WalkDir: in lexical order, "a" before "sub").
+		done <- be.List(context.Background(), "", func(oi storage.ObjectInfo) error {
+			if oi.Key != "a" {
+				return nil
+			}
+			if err := os.Remove(sub); err != nil {
+				return err
+			}
+			return syscall.Mkfifo(sub, 0o644)
+		})
+	}()
+	select {
+	case err := <-done:
+		if storage.ClassOf(err) != storage.Permanent || !strings.Contains(err.Error(), `"sub"`) {
+			t.Errorf("List = %v; want a permanent error naming sub", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("List still blocked 10 s after a directory became a FIFO")
 	}
 }
