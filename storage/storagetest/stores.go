@@ -37,9 +37,7 @@ func VersityGW(t *testing.T) Harness {
 }
 
 // GoFakeS3 is gofakes3, an S3 implementation independent of the other two,
-// in process (fakes3.Start says how it differs). It runs the
-// conformance suite (storage/drivers); it joins Stores, and so the engines'
-// suites, once that suite is seen passing against it.
+// in process (fakes3.Start says how it differs).
 func GoFakeS3(t *testing.T) Harness {
 	addr := fakes3.Start(t)
 	s3server.SetCredentials(t)
@@ -66,6 +64,7 @@ var Stores = []struct {
 	{"Mem", Mem},
 	{"File", File},
 	{"VersityGW", VersityGW},
+	{"GoFakeS3", GoFakeS3},
 	{"MinIO", MinIO},
 }
 
