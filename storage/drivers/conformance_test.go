@@ -15,3 +15,5 @@ func TestConformanceVersityGW(t *testing.T) { storagetest.Run(t, storagetest.Ver
 func TestConformanceGoFakeS3(t *testing.T) { storagetest.Run(t, storagetest.GoFakeS3(t)) }
 
 func TestConformanceMinIO(t *testing.T) { storagetest.Run(t, storagetest.MinIO(t)) }
+
+func TestConformanceGCS(t *testing.T) { storagetest.Run(t, storagetest.GCS(t)) }

@@ -7,6 +7,7 @@ import (
 
 	// Every store a harness names must open: the drivers register on import.
 	_ "github.com/kdefer/kdefer/storage/drivers"
+	"github.com/kdefer/kdefer/test/fakegcs"
 	"github.com/kdefer/kdefer/test/fakes3"
 	"github.com/kdefer/kdefer/test/s3server"
 )
@@ -56,6 +57,16 @@ func MinIO(t *testing.T) Harness {
 	return Harness{URL: func(*testing.T) string { return srv.URL(bucket, uniq()+"/") }}
 }
 
+// GCS is fake-gcs-server, a Google Cloud Storage emulator, in process, for
+// gs://: the real GCS client (JSON API for writes and listings, XML API for
+// reads) through gocloud's gcsblob, pointed at it by STORAGE_EMULATOR_HOST.
+func GCS(t *testing.T) Harness {
+	srv := fakegcs.Start(t)
+	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
+	fakegcs.MakeBucket(srv, bucket)
+	return Harness{URL: func(*testing.T) string { return "gs://" + bucket + "/" + uniq() + "/" }}
+}
+
 // Stores are the stores every suite runs against, by subtest name.
 var Stores = []struct {
 	Name  string
@@ -66,6 +77,7 @@ var Stores = []struct {
 	{"VersityGW", VersityGW},
 	{"GoFakeS3", GoFakeS3},
 	{"MinIO", MinIO},
+	{"GCS", GCS},
 }
 
 // ForEachStore runs fn in a subtest per store, each store started once for
