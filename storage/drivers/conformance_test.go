@@ -17,3 +17,5 @@ func TestConformanceGoFakeS3(t *testing.T) { storagetest.Run(t, storagetest.GoFa
 func TestConformanceMinIO(t *testing.T) { storagetest.Run(t, storagetest.MinIO(t)) }
 
 func TestConformanceGCS(t *testing.T) { storagetest.Run(t, storagetest.GCS(t)) }
+
+func TestConformanceAzurite(t *testing.T) { storagetest.Run(t, storagetest.Azurite(t)) }

@@ -7,6 +7,7 @@ import (
 
 	// Every store a harness names must open: the drivers register on import.
 	_ "github.com/kdefer/kdefer/storage/drivers"
+	"github.com/kdefer/kdefer/test/azurite"
 	"github.com/kdefer/kdefer/test/fakegcs"
 	"github.com/kdefer/kdefer/test/fakes3"
 	"github.com/kdefer/kdefer/test/s3server"
@@ -67,6 +68,15 @@ func GCS(t *testing.T) Harness {
 	return Harness{URL: func(*testing.T) string { return "gs://" + bucket + "/" + uniq() + "/" }}
 }
 
+// Azurite is Azurite's blob service ($KDEFER_AZURITE), started for the test,
+// for azblob://; the test is skipped without it unless KDEFER_REQUIRE_TOOLS=1.
+func Azurite(t *testing.T) Harness {
+	srv := azurite.Start(t)
+	container := fmt.Sprintf("conformance-%d", seq.Add(1))
+	srv.MakeContainer(t, container)
+	return Harness{URL: func(*testing.T) string { return srv.URL(container, uniq()+"/") }}
+}
+
 // Stores are the stores every suite runs against, by subtest name.
 var Stores = []struct {
 	Name  string
@@ -78,6 +88,7 @@ var Stores = []struct {
 	{"GoFakeS3", GoFakeS3},
 	{"MinIO", MinIO},
 	{"GCS", GCS},
+	{"Azurite", Azurite},
 }
 
 // ForEachStore runs fn in a subtest per store, each store started once for
