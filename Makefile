@@ -24,6 +24,7 @@ export GOFLAGS ?= -trimpath
 export KDEFER_KUBE_DIR = $(shell $(TOOLS) path kube)
 export KDEFER_ETCD_DIR = $(shell $(TOOLS) path etcd)
 export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
+export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
 .PHONY: all help build kubectl-kdefer test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
@@ -48,6 +49,7 @@ kubectl-kdefer:
 tools:
 	$(TOOLS) etcd
 	$(TOOLS) minio
+	$(TOOLS) azurite
 	$(TOOLS) kube
 
 envtest-assets: tools
@@ -74,7 +76,7 @@ envtest-assets: tools
 test:
 	hack/test.sh
 
-## unit: go test of every package; real MinIO and a real apiserver are required
+## unit: go test of every package; real MinIO, Azurite and a real apiserver are required
 ## (KDEFER_REQUIRE_TOOLS=1 turns a missing tool into a failure, not a skip).
 unit:
 	KDEFER_REQUIRE_TOOLS=1 $(GO) test -count=1 -timeout 30m ./...

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make test: every tier, timed, in the order that uses a 2-core machine best.
 #
-#   tools  (background) builds etcd, MinIO and Kubernetes once per version
-#          into ~/.cache/kdefer/tools; warm, it only checks that they exist.
+#   tools  (background) builds etcd, MinIO and Kubernetes and installs Azurite
+#          (npm) once per version into ~/.cache/kdefer/tools; warm, it only
+#          checks that they exist.
 #   verify and fuzz need none of them, so they run while the tools build.
-#   unit   needs the tools (envtest's apiserver and etcd, MinIO).
+#   unit   needs the tools (envtest's apiserver and etcd, MinIO, Azurite).
 #   e2e    needs the tools and root; its set-up overlaps the unit tier, its
 #          scenarios wait for the unit tier's end; KDEFER_SKIP_E2E=1 leaves it out.
 #

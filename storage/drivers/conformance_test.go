@@ -15,3 +15,7 @@ func TestConformanceVersityGW(t *testing.T) { storagetest.Run(t, storagetest.Ver
 func TestConformanceGoFakeS3(t *testing.T) { storagetest.Run(t, storagetest.GoFakeS3(t)) }
 
 func TestConformanceMinIO(t *testing.T) { storagetest.Run(t, storagetest.MinIO(t)) }
+
+func TestConformanceGCS(t *testing.T) { storagetest.Run(t, storagetest.GCS(t)) }
+
+func TestConformanceAzurite(t *testing.T) { storagetest.Run(t, storagetest.Azurite(t)) }

@@ -214,21 +214,7 @@ func TestCABundle(t *testing.T) {
 	s3server.MakeBucket(t, srv.Addr(), "tls")
 	endpoint, caFile := tlsMinIO(t, srv)
 	base := "s3://tls/p/?region=us-east-1&use_path_style=true&endpoint=" + url.QueryEscape(endpoint)
-	put := func(raw string) error {
-		loc, err := storage.ParseURL(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		be, err := storage.Open(context.Background(), loc, storage.OpenOptions{})
-		if err != nil {
-			return err
-		}
-		defer be.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err = be.Put(ctx, "p/k", bytes.NewReader([]byte("x")), 1, storage.PutOptions{})
-		return err
-	}
+	put := func(raw string) error { return putOne(t, raw) }
 	if err := put(base); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("without a CA bundle: %v, want a certificate error", err)
 	}

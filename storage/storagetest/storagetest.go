@@ -2,7 +2,7 @@
 // in the spirit of gocloud.dev's blob/drivertest: the same cases, covering
 // the Backend contract (put, stat, ranged read, list, delete, multipart,
 // error classes), run against every store that can run here (mem, file,
-// versitygw, MinIO; see stores.go).
+// versitygw, gofakes3, MinIO, fake-gcs-server, Azurite; see stores.go).
 //
 // It owns the Backend contract only. It must not import the stage engines
 // (stagein, stageout) or test them: their cases live next to them and use

@@ -7,6 +7,8 @@ import (
 
 	// Every store a harness names must open: the drivers register on import.
 	_ "github.com/kdefer/kdefer/storage/drivers"
+	"github.com/kdefer/kdefer/test/azurite"
+	"github.com/kdefer/kdefer/test/fakegcs"
 	"github.com/kdefer/kdefer/test/fakes3"
 	"github.com/kdefer/kdefer/test/s3server"
 )
@@ -37,9 +39,7 @@ func VersityGW(t *testing.T) Harness {
 }
 
 // GoFakeS3 is gofakes3, an S3 implementation independent of the other two,
-// in process (fakes3.Start says how it differs). It runs the
-// conformance suite (storage/drivers); it joins Stores, and so the engines'
-// suites, once that suite is seen passing against it.
+// in process (fakes3.Start says how it differs).
 func GoFakeS3(t *testing.T) Harness {
 	addr := fakes3.Start(t)
 	s3server.SetCredentials(t)
@@ -58,6 +58,25 @@ func MinIO(t *testing.T) Harness {
 	return Harness{URL: func(*testing.T) string { return srv.URL(bucket, uniq()+"/") }}
 }
 
+// GCS is fake-gcs-server, a Google Cloud Storage emulator, in process, for
+// gs://: the real GCS client (JSON API for writes and listings, XML API for
+// reads) through gocloud's gcsblob, pointed at it by STORAGE_EMULATOR_HOST.
+func GCS(t *testing.T) Harness {
+	srv := fakegcs.Start(t)
+	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
+	fakegcs.MakeBucket(srv, bucket)
+	return Harness{URL: func(*testing.T) string { return "gs://" + bucket + "/" + uniq() + "/" }}
+}
+
+// Azurite is Azurite's blob service ($KDEFER_AZURITE), started for the test,
+// for azblob://; the test is skipped without it unless KDEFER_REQUIRE_TOOLS=1.
+func Azurite(t *testing.T) Harness {
+	srv := azurite.Start(t)
+	container := fmt.Sprintf("conformance-%d", seq.Add(1))
+	srv.MakeContainer(t, container)
+	return Harness{URL: func(*testing.T) string { return srv.URL(container, uniq()+"/") }}
+}
+
 // Stores are the stores every suite runs against, by subtest name.
 var Stores = []struct {
 	Name  string
@@ -66,7 +85,10 @@ var Stores = []struct {
 	{"Mem", Mem},
 	{"File", File},
 	{"VersityGW", VersityGW},
+	{"GoFakeS3", GoFakeS3},
 	{"MinIO", MinIO},
+	{"GCS", GCS},
+	{"Azurite", Azurite},
 }
 
 // ForEachStore runs fn in a subtest per store, each store started once for

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the external tools that kdefer's tests, benchmarks and local cluster
-# need, from the Go module proxy only, and caches them by version in
+# need, from the Go module proxy (Azurite from the npm registry: it exists
+# only as a Node.js package), and caches them by version in
 # $KDEFER_TOOLS_DIR (default ~/.cache/kdefer/tools, shared by every clone on
 # the machine, so CI's fresh clone reuses them). A tool whose cached binary
 # exists is not rebuilt.
 #
-#   test/tools/install.sh kube|etcd|minio|mc|s5cmd|all
+#   test/tools/install.sh kube|etcd|minio|mc|s5cmd|azurite|all
 #   test/tools/install.sh path NAME   # prints the directory holding NAME
 set -euo pipefail
 
@@ -22,6 +23,8 @@ ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$root/test/
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 MC_VERSION=v0.0.0-20250313080218-cf909e1063a9
 S5CMD_VERSION=v2.3.0
+# Azurite, Microsoft's Azure Storage emulator, for azblob:// (Node.js >= 18).
+AZURITE_VERSION=3.37.0
 
 dir_of() {
 	case "$1" in
@@ -30,6 +33,7 @@ dir_of() {
 	minio) echo "$tools/minio-$MINIO_VERSION" ;;
 	mc) echo "$tools/mc-$MC_VERSION" ;;
 	s5cmd) echo "$tools/s5cmd-$S5CMD_VERSION" ;;
+	azurite) echo "$tools/azurite-$AZURITE_VERSION" ;;
 	*) echo "unknown tool $1" >&2; return 2 ;;
 	esac
 }
@@ -107,9 +111,32 @@ build_s5cmd() {
 	rm -rf "$tmp" "$d"; mv "$d.tmp" "$d"
 }
 
+# Azurite installs with npm, exactly the version asked for, its own
+# dependencies pinned by its published lock (npm ci needs the project's lock,
+# so install --no-save into an empty prefix). Nothing is compiled: the cost
+# is the download (~1 min cold). The blob service alone is what the tests run
+# (azurite-blob), started per test package on a random port.
+build_azurite() {
+	have azurite azurite-blob && return 0
+	local d; d=$(dir_of azurite)
+	command -v npm >/dev/null || { log "azurite needs Node.js and npm (apt-get install nodejs npm)"; return 1; }
+	log "installing azurite $AZURITE_VERSION from npm"
+	rm -rf "$d.tmp"; mkdir -p "$d.tmp"
+	(cd "$d.tmp" && timed "azurite $AZURITE_VERSION" npm install --no-save --no-audit --no-fund --omit=dev --loglevel=error \
+		--prefix "$d.tmp" "azurite@$AZURITE_VERSION")
+	# The tests run one stable path: a wrapper that finds its package
+	# wherever the directory ends up.
+	cat >"$d.tmp/azurite-blob" <<'WRAP'
+#!/bin/sh
+exec "$(dirname "$(readlink -f "$0")")/node_modules/.bin/azurite-blob" "$@"
+WRAP
+	chmod +x "$d.tmp/azurite-blob"
+	rm -rf "$d"; mv "$d.tmp" "$d"
+}
+
 case "${1:-}" in
-kube | etcd | minio | mc | s5cmd) "build_$1" ;;
-all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd ;;
+kube | etcd | minio | mc | s5cmd | azurite) "build_$1" ;;
+all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd; build_azurite ;;
 path) dir_of "$2" ;;
-*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|all|path NAME" >&2; exit 2 ;;
+*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|all|path NAME" >&2; exit 2 ;;
 esac
