@@ -93,7 +93,7 @@ generate:
 	@# what kustomize builds). Only what the chart parameterizes beyond the
 	@# namespace (the Deployment, Services) is a template of its own.
 	rm -rf $(CHART)/files
-	for d in crd rbac webhook policy critical-pods; do mkdir -p $(CHART)/files/$$d; \
+	for d in crd rbac webhook policy critical-pods monitoring; do mkdir -p $(CHART)/files/$$d; \
 		cp $$(ls deploy/$$d/*.yaml | grep -v kustomization.yaml) $(CHART)/files/$$d/; done
 
 ## verify: generated code and manifests are committed and current; code is
