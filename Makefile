@@ -149,9 +149,14 @@ bench-scale:
 bench-controller: envtest-assets
 	$(GO) run ./test/bench/controller
 
-## images: build kdefer's OCI images as tarballs under bin/images (REGISTRY=host/repo pushes them instead).
+## images: the local cluster's images as tarballs under bin/images; with
+## REGISTRY=host:port[/path], kdefer's two images pushed there instead, one
+## OCI index per image for PLATFORMS (default linux/amd64,linux/arm64),
+## tagged with the build's version (git describe), reproducible (same commit,
+## same digests) and OCI-annotated; bin/images/NAME.pushed holds REF@DIGEST.
+PLATFORMS ?= linux/amd64,linux/arm64
 images:
-	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY))
+	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY) --platforms $(PLATFORMS) --ref-dir $(BIN)/images)
 
 ## cluster-up / cluster-down: a real single-node Kubernetes cluster on this machine.
 cluster-up: tools
