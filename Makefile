@@ -95,7 +95,7 @@ generate:
 	@# what kustomize builds). Only what the chart parameterizes beyond the
 	@# namespace (the Deployment, Services) is a template of its own.
 	rm -rf $(CHART)/files
-	for d in crd rbac webhook policy critical-pods; do mkdir -p $(CHART)/files/$$d; \
+	for d in crd rbac webhook policy critical-pods monitoring; do mkdir -p $(CHART)/files/$$d; \
 		cp $$(ls deploy/$$d/*.yaml | grep -v kustomization.yaml) $(CHART)/files/$$d/; done
 
 ## verify: generated code and manifests are committed and current; code is
@@ -151,9 +151,14 @@ bench-scale:
 bench-controller: envtest-assets
 	$(GO) run ./test/bench/controller
 
-## images: build kdefer's OCI images as tarballs under bin/images (REGISTRY=host/repo pushes them instead).
+## images: the local cluster's images as tarballs under bin/images; with
+## REGISTRY=host:port[/path], kdefer's two images pushed there instead, one
+## OCI index per image for PLATFORMS (default linux/amd64,linux/arm64),
+## tagged with the build's version (git describe), reproducible (same commit,
+## same digests) and OCI-annotated; bin/images/NAME.pushed holds REF@DIGEST.
+PLATFORMS ?= linux/amd64,linux/arm64
 images:
-	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY))
+	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY) --platforms $(PLATFORMS) --ref-dir $(BIN)/images)
 
 ## cluster-up / cluster-down: a real single-node Kubernetes cluster on this machine.
 cluster-up: tools

@@ -52,6 +52,9 @@ NODEFS="$DIR/nodefs"
 # with KDEFER_EVICTION_HARD as YAML flow map, e.g. '{memory.available: "500Mi"}'.
 EVICTION_HARD=${KDEFER_EVICTION_HARD:-'{memory.available: "100Mi", nodefs.available: "1Gi", nodefs.inodesFree: "2%", imagefs.available: "2%"}'}
 WAIT_READY=${KDEFER_CLUSTER_TIMEOUT:-180}
+# The test registry (test/registry, started by the e2e harness) that
+# containerd pulls from over plain HTTP; see registry_hosts.
+REGISTRY=${KDEFER_REGISTRY:-$NODE_IP:5000}
 
 PKI="$DIR/pki"
 RUN="$DIR/run"
@@ -193,6 +196,22 @@ configs() {
 	render containerd.toml "$DIR/conf/containerd.toml"
 	render kubelet.yaml "$DIR/conf/kubelet.yaml"
 	render cni.conflist "$DIR/cni/net.d/10-$CNI_NETWORK.conflist"
+	registry_hosts
+}
+
+# registry_hosts: containerd's hosts.toml for the test registry (config_path
+# in containerd.toml): plain HTTP, pull only. Every other registry stays
+# unreachable (containerd's proxy is a closed port, see start_containerd).
+registry_hosts() {
+	local d="$DIR/conf/certs.d/$REGISTRY"
+	rm -rf "$DIR/conf/certs.d"
+	mkdir -p "$d"
+	cat >"$d/hosts.toml" <<EOF
+server = "http://$REGISTRY"
+
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
 }
 
 # ---------------------------------------------------------------- node file system
@@ -290,7 +309,7 @@ start_etcd() {
 start_containerd() {
 	alive containerd && return 0
 	mkdir -p "$DIR/containerd/root" "$DIR/containerd/state" "$DIR/containerd/opt"
-	LAUNCH_ENV="HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 NO_PROXY=" \
+	LAUNCH_ENV="HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 NO_PROXY=${REGISTRY%:*}" \
 		launch containerd containerd --config "$DIR/conf/containerd.toml"
 	wait_until "containerd on $CTRD_SOCK" 30 containerd ctr -a "$CTRD_SOCK" version
 }
@@ -701,6 +720,7 @@ export KDEFER_NODE_NAME=$NODE
 export KDEFER_NODE_IP=$NODE_IP
 export KDEFER_CONTAINERD_SOCK=$CTRD_SOCK
 export KDEFER_KUBECTL=$(kube_dir)/kubectl
+export KDEFER_REGISTRY=$REGISTRY
 EOF
 	local f n
 	for f in "$IMAGES_DIR"/*.ref; do

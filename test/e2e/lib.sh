@@ -1,10 +1,14 @@
 # shellcheck shell=bash
 # Shared by test/e2e/run.sh and test/demo/run.sh (sourced, not run): MinIO on
-# the node address and kdefer deployed from deploy/overlays/local.
+# the node address; kdefer deployed from deploy/overlays/local (the demo) or
+# by helm install from the test registry (the e2e tier).
 # Needs ROOT (the repository) set by the caller.
 
 E2E_MINIO_ADDR=${KDEFER_E2E_MINIO_ADDR:-10.88.0.1:9000}
 E2E_MINIO_CONSOLE=127.0.0.1:0  # any free loopback port
+# The test registry: the address the cluster's containerd pulls from over
+# plain HTTP (test/cluster/cluster.sh registry_hosts).
+E2E_REGISTRY=${KDEFER_REGISTRY:-10.88.0.1:5000}
 # The same test credentials as test/s3server (local, short-lived servers).
 E2E_ACCESS_KEY=kdefertest
 E2E_SECRET_KEY=kdefertest-secret-key
@@ -106,12 +110,87 @@ deploy_kdefer() {
 	}
 }
 
-# build_images: kdefer's images from this tree, imported into the cluster
-# (KDEFER_BUILD_IMAGES=0 keeps what bin/images holds).
+# build_images [NAMES]: the images (default all; e.g. pause,busybox) built
+# from this tree and imported into the cluster (KDEFER_BUILD_IMAGES=0 keeps
+# what bin/images holds).
 build_images() {
 	if [[ ${KDEFER_BUILD_IMAGES:-1} == 1 ]]; then
-		log "building kdefer's images from this tree"
-		go run ./test/images --out "${KDEFER_IMAGES_DIR:-$ROOT/bin/images}" >/dev/null
+		log "building the images ${1:-of kdefer and the cluster} from this tree"
+		go run ./test/images --out "${KDEFER_IMAGES_DIR:-$ROOT/bin/images}" ${1:+--only "$1"} >/dev/null
 	fi
 	"$ROOT/test/cluster/cluster.sh" load-images >&2
+}
+
+# registry_ready: the registry answers GET /v2/ with 200 (bash's /dev/tcp).
+registry_ready() {
+	(
+		exec 3<>"/dev/tcp/${E2E_REGISTRY%:*}/${E2E_REGISTRY##*:}" || exit 1
+		printf 'GET /v2/ HTTP/1.0\r\nHost: %s\r\n\r\n' "$E2E_REGISTRY" >&3
+		IFS= read -r -t 2 line <&3 && [[ $line == *" 200 "* ]]
+	)
+}
+
+# start_registry STATE_DIR: test/registry (go-containerregistry's registry,
+# in memory) on $E2E_REGISTRY; pid in STATE_DIR/registry.pid.
+start_registry() {
+	local dir=$1
+	stop_registry "$dir"
+	mkdir -p "$dir"
+	go build -o "$dir/registry" ./test/registry
+	log "starting the test registry on $E2E_REGISTRY"
+	setsid "$dir/registry" --addr "$E2E_REGISTRY" --quiet >"$dir/registry.log" 2>&1 </dev/null &
+	echo $! >"$dir/registry.pid"
+	wait_until 30 "the registry at $E2E_REGISTRY" registry_ready ||
+		{ tail -20 "$dir/registry.log" >&2; return 1; }
+}
+
+# stop_registry STATE_DIR: stops the registry that start_registry started there.
+stop_registry() {
+	local dir=$1 pid
+	[[ -f $dir/registry.pid ]] || return 0
+	pid=$(cat "$dir/registry.pid")
+	if kill -0 "$pid" 2>/dev/null && grep -q registry "/proc/$pid/cmdline" 2>/dev/null; then
+		kill "$pid" 2>/dev/null || true
+		wait_until 10 "the registry (pid $pid) to exit" bash -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$dir/registry.pid"
+}
+
+# push_images STATE_DIR: kdefer's images built from this tree (make images:
+# the one builder) for this machine's platform, pushed to the test registry;
+# STATE_DIR/pushed/NAME.pushed holds each REF@DIGEST.
+push_images() {
+	local dir=$1
+	log "building kdefer's images and pushing them to $E2E_REGISTRY"
+	rm -rf "$dir/pushed"
+	go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$dir/pushed" >&2
+}
+
+# helm_image_values NAME.pushed KEY: --set arguments for the chart's image
+# KEY (image, deferPods.image): repository, and the tag with the digest
+# (REPO:TAG@DIGEST pins exactly what was pushed, also for a dirty tree whose
+# tag does not change between builds).
+helm_image_values() {
+	local ref name
+	ref=$(cat "$1")
+	name=${ref%@*}
+	printf -- '--set %s.repository=%s --set %s.tag=%s@%s' "$2" "${name%:*}" "$2" "${name##*:}" "${ref#*@}"
+}
+
+# deploy_kdefer_helm STATE_DIR: kdefer by helm install (test/helminstall:
+# Helm's Go packages) of deploy/helm/kdefer with deploy/helm/local-values.yaml
+# (the same objects as deploy/overlays/local: test/helmchart) and the images
+# push_images pushed, pulled by the cluster from the test registry.
+deploy_kdefer_helm() {
+	local dir=$1 sets
+	sets="$(helm_image_values "$dir/pushed/kdefer-controller.pushed" image) $(helm_image_values "$dir/pushed/kdefer-stage.pushed" deferPods.image)"
+	log "deploying kdefer (helm install deploy/helm/kdefer, images from $E2E_REGISTRY)"
+	# shellcheck disable=SC2086
+	go run ./test/helminstall -n kdefer-system -f deploy/helm/local-values.yaml $sets >&2
+	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {
+		kubectl -n kdefer-system get pods -o wide >&2
+		kubectl -n kdefer-system describe pods >&2 || true
+		kubectl -n kdefer-system logs deploy/kdefer-controller --tail=40 >&2 || true
+		return 1
+	}
 }

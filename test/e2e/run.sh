@@ -2,11 +2,18 @@
 # make e2e: kdefer's trigger matrix on the local single-node cluster.
 #   1. starts the cluster (test/cluster/cluster.sh up), stopped again on exit
 #      unless KDEFER_KEEP_CLUSTER=1;
-#   2. builds kdefer's images from this tree and imports them
+#   2. builds the cluster's own images (pause, busybox) and imports them
 #      (KDEFER_BUILD_IMAGES=0 imports bin/images as they are);
-#   3. starts MinIO on the node address 10.88.0.1:9000 (pods reach it there);
-#   4. deploys kdefer with kubectl apply -k deploy/overlays/local;
-#   5. go test -tags e2e ./test/e2e/ (one package: -v output streams; extra go test flags: KDEFER_E2E_FLAGS,
+#   3. starts the test registry (test/registry) on 10.88.0.1:5000, builds
+#      kdefer's images from this tree and pushes them there (make images);
+#   4. starts MinIO on the node address 10.88.0.1:9000 (pods reach it there);
+#   5. deploys kdefer by helm install of deploy/helm/kdefer with
+#      deploy/helm/local-values.yaml (test/helminstall), its images pulled from
+#      the registry: the chart, the registry path and the images are what the
+#      scenarios run on (test/helmchart checks that the chart installs the
+#      objects of deploy/overlays/local, which make demo applies;
+#      KDEFER_E2E_INSTALL=kustomize applies that overlay instead);
+#   6. go test -tags e2e ./test/e2e/ (one package: -v output streams; extra go test flags: KDEFER_E2E_FLAGS,
 #      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v');
 #   on failure, dumps the component logs and kdefer's.
 set -euo pipefail
@@ -33,8 +40,11 @@ finish() {
 		kubectl -n kdefer-system logs deploy/kdefer-controller --tail=100 2>&1
 		log "MinIO log:"
 		tail -n 20 "$STATE/minio.log" 2>/dev/null
+		log "registry log:"
+		tail -n 20 "$STATE/registry.log" 2>/dev/null
 	fi
 	stop_minio "$STATE"
+	stop_registry "$STATE"
 	if [[ ${KDEFER_KEEP_CLUSTER:-0} == 1 ]]; then
 		log "KDEFER_KEEP_CLUSTER=1: the cluster keeps running (test/cluster/cluster.sh down stops it)"
 	else
@@ -51,14 +61,27 @@ trap finish EXIT
 "$CLUSTER" up >&2
 eval "$("$CLUSTER" env)"
 export KUBECONFIG
-build_images
+# KDEFER_E2E_INSTALL=kustomize: kdefer's images imported as tarballs and
+# deploy/overlays/local applied, as make demo does (no registry, no helm).
+install=${KDEFER_E2E_INSTALL:-helm}
+if [[ $install == kustomize ]]; then
+	build_images
+else
+	build_images pause,busybox
+	t0=$SECONDS
+	start_registry "$STATE"
+	push_images "$STATE"
+	log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
+fi
 rm -rf "$STATE/data" # every run starts with an empty bucket
 start_minio "$STATE"
 # The MinIO binary for tests that run their own server (test/s3server).
 KDEFER_MINIO=$(minio_bin)
 export KDEFER_MINIO
 export KDEFER_E2E_S3=$E2E_MINIO_ADDR
-deploy_kdefer
+t0=$SECONDS
+if [[ $install == kustomize ]]; then deploy_kdefer; else deploy_kdefer_helm "$STATE"; fi
+log "kdefer installed ($install) and ready in $((SECONDS - t0))s"
 log "kdefer ready after $((SECONDS - start))s"
 # make test starts this set-up while the unit tier runs and lets the
 # scenarios begin once it is over (KDEFER_E2E_AFTER names a file the unit

@@ -1,45 +1,44 @@
-// Command images builds the container images of kdefer and of its local test
-// cluster without a Docker engine or a registry, as docker-archive tarballs
-// that `ctr -n k8s.io images import` (test/cluster/cluster.sh load-images)
-// accepts, or pushes kdefer's images to a registry:
+// Command images is kdefer's one image builder, without a Docker engine:
+// kdefer's images, reproducible and multi-arch, pushed to a registry, and
+// the images of the local test cluster as docker-archive tarballs that
+// `ctr -n k8s.io images import` (test/cluster/cluster.sh load-images) accepts:
 //
 //	go run ./test/images --out bin/images                 # tarballs + NAME.ref files
-//	go run ./test/images --out bin/images --push REGISTRY # push kdefer-stage and kdefer-controller
 //	go run ./test/images --out bin/images --only pause,busybox
+//	go run ./test/images --push HOST:PORT[/PATH] --platforms linux/amd64,linux/arm64
 //
 // Images (local names; tags are never "latest"):
 //
 //	kdefer.io/pause:1.0                  the sandbox image (test/images/pause)
 //	kdefer.io/busybox:VERSION            Debian's busybox-static with its applet links
-//	kdefer.io/kdefer-stage:TAG           ./cmd/kdefer-stage, when that package exists
-//	kdefer.io/kdefer-controller:TAG      ./cmd/kdefer-controller, when that package exists
+//	kdefer.io/kdefer-stage:TAG           ./cmd/kdefer-stage
+//	kdefer.io/kdefer-controller:TAG      ./cmd/kdefer-controller, as 65532
 //
 // kdefer.io and the names come from api/v1alpha1 (ImageRepository,
-// StageImageName, ControllerImageName); TAG defaults to version.Version, which
-// is also stamped into the binaries, so v1alpha1.DefaultStageImage() names the
-// image built here.
+// StageImageName, ControllerImageName). A tarball's TAG is version.Version,
+// the name the local overlay and v1alpha1.DefaultStageImage() use. A pushed
+// image's TAG is the build's version (git describe of the nearest vX.Y.Z
+// tag, or version.Version and the commit before the first tag; the module's
+// version under `go run ...@version`), stamped into its binaries as
+// internal/version.Version; --tag overrides both.
 //
-// Every file gets a fixed timestamp, so identical binaries give identical
-// image digests.
+// --push writes one OCI image index per image, with an image per platform
+// (each binary cross-compiled with CGO_ENABLED=0), and the OCI annotations
+// source, revision, version and created on the index and every manifest.
+// Nothing in an image comes from the clock: file times and the creation
+// time are SOURCE_DATE_EPOCH, else the commit's time, so the same commit
+// gives the same digests (with the same Go toolchain and CA bundle).
+//
+// --ref-dir DIR writes DIR/NAME.pushed (REGISTRY/NAME:TAG@DIGEST) for each
+// pushed image, for scripts that install what was pushed.
 package main
 
 import (
-	"archive/tar"
-	"bytes"
-	"debug/elf"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"runtime"
-	"sort"
 	"strings"
-	"time"
-
-	"github.com/kdefer/kdefer/test/repo"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -48,9 +47,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/internal/version"
+	"github.com/kdefer/kdefer/test/repo"
 )
 
 // LocalRepo prefixes every image built for the local cluster.
@@ -59,22 +60,45 @@ const LocalRepo = v1alpha1.ImageRepository
 // PauseTag is the pause image's tag; bump it when test/images/pause changes meaningfully.
 const PauseTag = "1.0"
 
-var epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+const (
+	stageImageName      = v1alpha1.StageImageName
+	controllerImageName = v1alpha1.ControllerImageName
+)
 
 func main() {
 	out := flag.String("out", "bin/images", "directory for NAME.tar and NAME.ref")
-	push := flag.String("push", "", "registry/repository to push kdefer's images to instead of writing tarballs")
-	tag := flag.String("tag", envOr("KDEFER_IMAGE_TAG", version.Version), "tag of kdefer's images (not \"latest\")")
+	push := flag.String("push", "", "registry (HOST:PORT[/PATH]) to push kdefer's images to instead of writing tarballs")
+	platforms := flag.String("platforms", "", "comma-separated OS/ARCH of the pushed images (default: this machine's)")
+	refDir := flag.String("ref-dir", "", "with --push: write NAME.pushed (REF@DIGEST) for each image here")
+	tag := flag.String("tag", os.Getenv("KDEFER_IMAGE_TAG"), "tag of kdefer's images, and their version (not \"latest\")")
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
 	only := flag.String("only", "", "comma-separated images to build (default: all)")
 	flag.Parse()
 	want := func(n string) bool { return *only == "" || strings.Contains(","+*only+",", ","+n+",") }
-	if *tag == "latest" || *tag == "" {
-		fatalf("--tag must be a fixed, non-latest tag")
-	}
 	root, err := repo.Root()
 	if err != nil {
 		fatalf("%v", err)
+	}
+	plats := []v1.Platform{hostPlatform}
+	if *platforms != "" {
+		if *push == "" {
+			fatalf("--platforms needs --push: a tarball holds one platform, this machine's")
+		}
+		if plats, err = parsePlatforms(*platforms); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	var m meta
+	if *push == "" {
+		m = meta{version: version.Version, created: epoch}
+		if *tag != "" {
+			m.version = *tag
+		}
+	} else if m, err = buildMeta(root, *tag); err != nil {
+		fatalf("%v", err)
+	}
+	if m.version == "latest" {
+		fatalf("--tag must be a fixed, non-latest tag")
 	}
 	tmp, err := os.MkdirTemp("", "kdefer-images-")
 	if err != nil {
@@ -97,26 +121,23 @@ func main() {
 		}
 		imgs = append(imgs, b)
 	}
-	for _, cmd := range []struct{ name, user string }{
-		{v1alpha1.StageImageName, ""},
-		{v1alpha1.ControllerImageName, "65532:65532"},
-	} {
+	for _, cmd := range kdeferCmds {
 		if !want(cmd.name) {
 			continue
 		}
-		img, ok, err := goImage(root, tmp, cmd.name, cmd.user, *tag)
+		img, ok, err := goImage(root, tmp, cmd, plats, m)
 		if err != nil {
 			fatalf("%s image: %v", cmd.name, err)
 		}
 		if !ok {
-			fmt.Fprintf(os.Stderr, "images: ./cmd/%s does not exist yet: skipping its image\n", cmd.name)
+			fmt.Fprintf(os.Stderr, "images: %s does not exist yet: skipping its image\n", cmd.pkg)
 			continue
 		}
 		imgs = append(imgs, img)
 	}
 
 	if *push != "" {
-		if err := pushAll(imgs, *push, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		if err := pushAll(imgs, *push, *refDir, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 			fatalf("%v", err)
 		}
 		return
@@ -126,18 +147,75 @@ func main() {
 	}
 }
 
-// pushAll pushes every image as REPO/NAME:TAG.
-func pushAll(imgs []built, repo string, opts ...remote.Option) error {
+// built is one image: a manifest per platform, and the annotations of
+// their index.
+type built struct {
+	name, tag   string
+	images      []platformImage
+	annotations map[string]string
+}
+
+type platformImage struct {
+	platform v1.Platform
+	img      v1.Image
+}
+
+// index is the OCI image index of b's platforms, annotated as its images.
+func (b built) index() v1.ImageIndex {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, pi := range b.images {
+		p := pi.platform
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
+			Add:        pi.img,
+			Descriptor: v1.Descriptor{Platform: &p},
+		})
+	}
+	if len(b.annotations) > 0 {
+		idx = mutate.Annotations(idx, b.annotations).(v1.ImageIndex)
+	}
+	return idx
+}
+
+func parsePlatforms(s string) ([]v1.Platform, error) {
+	var out []v1.Platform
+	for _, f := range strings.Split(s, ",") {
+		p, err := v1.ParsePlatform(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--platforms %q: %w", s, err)
+		}
+		if p.OS != "linux" || p.Architecture == "" {
+			return nil, fmt.Errorf("--platforms %q: want linux/ARCH entries (e.g. linux/amd64,linux/arm64)", s)
+		}
+		out = append(out, *p)
+	}
+	return out, nil
+}
+
+// pushAll pushes every image as an index REPO/NAME:TAG and, with refDir,
+// records REPO/NAME:TAG@DIGEST in refDir/NAME.pushed.
+func pushAll(imgs []built, repo, refDir string, opts ...remote.Option) error {
 	for _, b := range imgs {
 		ref, err := name.NewTag(strings.TrimSuffix(repo, "/") + "/" + b.name + ":" + b.tag)
 		if err != nil {
 			return err
 		}
-		if err := remote.Write(ref, b.img, opts...); err != nil {
+		idx := b.index()
+		if err := remote.WriteIndex(ref, idx, opts...); err != nil {
 			return fmt.Errorf("push %s: %w", ref, err)
 		}
-		d, _ := b.img.Digest()
-		fmt.Printf("pushed %s@%s\n", ref, d)
+		d, err := idx.Digest()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("pushed %s@%s (%d platforms)\n", ref, d, len(b.images))
+		if refDir != "" {
+			if err := os.MkdirAll(refDir, 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(refDir, b.name+".pushed"), []byte(ref.String()+"@"+d.String()+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -152,203 +230,19 @@ func writeAll(imgs []built, dir string) error {
 		if err != nil {
 			return err
 		}
+		if len(b.images) != 1 {
+			return fmt.Errorf("%s: a tarball holds one platform, not %d", b.name, len(b.images))
+		}
+		img := b.images[0].img
 		file := filepath.Join(dir, b.name+".tar")
-		if err := writeAtomic(file, func(f string) error { return tarball.WriteToFile(f, ref, b.img) }); err != nil {
+		if err := writeAtomic(file, func(f string) error { return tarball.WriteToFile(f, ref, img) }); err != nil {
 			return fmt.Errorf("write %s: %w", file, err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, b.name+".ref"), []byte(ref.String()+"\n"), 0o644); err != nil {
 			return err
 		}
-		d, _ := b.img.Digest()
+		d, _ := img.Digest()
 		fmt.Printf("%-50s %s %s\n", ref.String(), file, d)
-	}
-	return nil
-}
-
-type built struct {
-	name, tag string
-	img       v1.Image
-}
-
-// file is one entry of an image layer.
-type file struct {
-	path     string // without leading slash
-	mode     int64
-	data     []byte // regular file content
-	linkname string // symlink target (type symlink when set)
-	dir      bool
-}
-
-func pauseImage(root, tmp string) (built, error) {
-	bin := filepath.Join(tmp, "pause")
-	if err := goBuild(root, "./test/images/pause", bin, ""); err != nil {
-		return built{}, err
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return built{}, err
-	}
-	img, err := image([]file{{path: "pause", mode: 0o755, data: data}}, v1.Config{
-		Entrypoint: []string{"/pause"},
-		User:       "65535:65535",
-	})
-	return built{"pause", PauseTag, img}, err
-}
-
-var busyboxVersion = regexp.MustCompile(`BusyBox v([0-9]+\.[0-9]+\.[0-9]+)`)
-
-func busyboxImage(path string) (built, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return built{}, fmt.Errorf("%w (install Debian's busybox-static: test/cluster/cluster.sh deps)", err)
-	}
-	if err := mustBeStatic(path); err != nil {
-		return built{}, fmt.Errorf("%v (install busybox-static, not busybox)", err)
-	}
-	out, err := exec.Command(path).CombinedOutput()
-	m := busyboxVersion.FindSubmatch(out)
-	if m == nil {
-		return built{}, fmt.Errorf("cannot read the version of %s: %v: %.200s", path, err, out)
-	}
-	list, err := exec.Command(path, "--list-full").Output()
-	if err != nil {
-		return built{}, fmt.Errorf("%s --list-full: %v", path, err)
-	}
-	files := []file{
-		{path: "bin", dir: true, mode: 0o755},
-		{path: "bin/busybox", mode: 0o755, data: data},
-		{path: "etc", dir: true, mode: 0o755},
-		{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
-		{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnogroup:x:65534:\n")},
-		{path: "root", dir: true, mode: 0o700},
-		{path: "tmp", dir: true, mode: 0o1777},
-		{path: "sbin", dir: true, mode: 0o755},
-		{path: "usr", dir: true, mode: 0o755},
-		{path: "usr/bin", dir: true, mode: 0o755},
-		{path: "usr/sbin", dir: true, mode: 0o755},
-	}
-	seen := map[string]bool{"bin/busybox": true}
-	for _, p := range strings.Fields(string(list)) {
-		p = strings.TrimPrefix(p, "/")
-		if seen[p] || !strings.Contains(p, "/") {
-			continue
-		}
-		seen[p] = true
-		files = append(files, file{path: p, mode: 0o777, linkname: "/bin/busybox"})
-	}
-	img, err := image(files, v1.Config{
-		Cmd: []string{"sh"},
-		Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-	})
-	return built{"busybox", string(m[1]), img}, err
-}
-
-// goImage builds ./cmd/NAME statically into a one-binary image; ok is false when the package does not exist.
-func goImage(root, tmp, cmdName, user, tag string) (b built, ok bool, err error) {
-	pkgDir := filepath.Join(root, "cmd", cmdName)
-	gos, _ := filepath.Glob(filepath.Join(pkgDir, "*.go"))
-	if len(gos) == 0 {
-		return built{}, false, nil
-	}
-	bin := filepath.Join(tmp, cmdName)
-	ld := "-X github.com/kdefer/kdefer/internal/version.Version=" + tag
-	if err := goBuild(root, "./cmd/"+cmdName, bin, ld); err != nil {
-		return built{}, true, err
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return built{}, true, err
-	}
-	files := []file{
-		{path: cmdName, mode: 0o755, data: data},
-		{path: "tmp", dir: true, mode: 0o1777},
-		{path: "etc", dir: true, mode: 0o755},
-		{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n")},
-		{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnonroot:x:65532:\n")},
-	}
-	// Trust the host's CA bundle, so TLS to an object store works from a FROM-scratch image.
-	if ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil {
-		files = append(files,
-			file{path: "etc/ssl", dir: true, mode: 0o755},
-			file{path: "etc/ssl/certs", dir: true, mode: 0o755},
-			file{path: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: ca})
-	}
-	img, err := image(files, v1.Config{Entrypoint: []string{"/" + cmdName}, User: user})
-	return built{cmdName, tag, img}, true, err
-}
-
-// image makes a one-layer linux image of files with the given runtime config.
-func image(files []file, cfg v1.Config) (v1.Image, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	sort.SliceStable(files, func(i, j int) bool { return files[i].path < files[j].path })
-	for _, f := range files {
-		h := &tar.Header{Name: f.path, Mode: f.mode, ModTime: epoch, Format: tar.FormatPAX}
-		switch {
-		case f.dir:
-			h.Typeflag, h.Name = tar.TypeDir, f.path+"/"
-		case f.linkname != "":
-			h.Typeflag, h.Linkname = tar.TypeSymlink, f.linkname
-		default:
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.data))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(f.data); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	layerBytes := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerBytes)), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Created = v1.Time{Time: epoch}
-	cf.Config = cfg
-	return mutate.ConfigFile(img, cf)
-}
-
-// goBuild builds a static, stripped binary of pkg (relative to the module root) at out.
-func goBuild(root, pkg, out, ldflags string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w "+ldflags), "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build %s: %w", pkg, err)
-	}
-	return mustBeStatic(out)
-}
-
-// mustBeStatic fails for a dynamically linked ELF file (one with an interpreter).
-func mustBeStatic(path string) error {
-	f, err := elf.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked", path)
-		}
 	}
 	return nil
 }
@@ -360,13 +254,6 @@ func writeAtomic(path string, write func(string) error) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func fatalf(format string, args ...any) {

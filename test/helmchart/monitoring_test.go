@@ -1,0 +1,33 @@
+package helmchart
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestPrometheusRuleIsDeploys: the chart's PrometheusRule is
+// deploy/monitoring/prometheusrule.yaml (one source of kdefer's alerts),
+// in the release's namespace, with the values' labels added; groups set in
+// the values replace its groups.
+func TestPrometheusRuleIsDeploys(t *testing.T) {
+	want := decode(t, []byte(mustRead("deploy/monitoring/prometheusrule.yaml")))[0]
+	want.SetNamespace("batch-infra")
+	want.SetLabels(map[string]string{"app.kubernetes.io/name": "kdefer", "release": "prom"})
+
+	got := index(t, renderIn(t, "metrics: {prometheusRule: {enabled: true, labels: {release: prom}}}", "batch-infra"))["PrometheusRule batch-infra/kdefer"]
+	if got == nil {
+		t.Fatal("no PrometheusRule batch-infra/kdefer with metrics.prometheusRule.enabled")
+	}
+	if diff := cmp.Diff(want.Object, got.Object); diff != "" {
+		t.Errorf("the chart's PrometheusRule (+) is not deploy/monitoring/prometheusrule.yaml (-):\n%s", diff)
+	}
+
+	// groups in the values replace the file's (the "everything" values).
+	got = index(t, render(t, everything))["PrometheusRule kdefer-system/kdefer"]
+	groups := got.Object["spec"].(map[string]any)["groups"].([]any)
+	rules := groups[0].(map[string]any)["rules"].([]any)
+	if len(groups) != 1 || len(rules) != 1 || rules[0].(map[string]any)["alert"] != "KdeferDown" {
+		t.Errorf("groups %v, want the values' one group with alert KdeferDown", groups)
+	}
+}
