@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
 )
 
 // inputFlags are the input flags of render and lint, kubectl's: -f FILE|DIR|-
@@ -223,10 +224,7 @@ func stripComments(b []byte) []byte {
 // document could not be decoded.
 func (d *document) job() *batchv1.Job {
 	if d.cronObj != nil {
-		t := d.cronObj.Spec.JobTemplate
-		j := &batchv1.Job{ObjectMeta: *t.ObjectMeta.DeepCopy(), Spec: *t.Spec.DeepCopy()}
-		j.Name, j.Namespace = d.cronObj.Name, d.cronObj.Namespace
-		return j
+		return render.CronJobJob(d.cronObj)
 	}
 	return d.jobObj
 }

@@ -26,6 +26,8 @@ func barePod(ann map[string]string) *corev1.Pod {
 
 func TestMutatePod(t *testing.T) {
 	policy := rt.MakePolicy("team", "ns", "s3://team/{pod}/").Obj()
+	locked := rt.MakePolicy("locked", "ns", "s3://team/{pod}/").Credentials("team-creds").Obj()
+	locked.Spec.Locked = []v1.LockedField{v1.LockedStageOut, v1.LockedCredentials}
 	renderedJobPod := barePod(map[string]string{v1.AnnotationStageOut: "s3://b/{pod}/", v1.AnnotationRendered: "v0"})
 	tekton := barePod(map[string]string{v1.AnnotationPolicy: "team"})
 	tekton.OwnerReferences = []metav1.OwnerReference{{APIVersion: "tekton.dev/v1", Kind: "TaskRun", Name: "tr", UID: "u", Controller: ptr.To(true)}}
@@ -47,11 +49,16 @@ func TestMutatePod(t *testing.T) {
 		{name: "update", op: admissionv1.Update, pod: barePod(map[string]string{v1.AnnotationStageOut: "s3://b/{pod}/"}), untouched: true},
 		{name: "missing policy", op: admissionv1.Create, pod: barePod(map[string]string{v1.AnnotationPolicy: "nope"}),
 			wantDeny: `annotation kdefer.io/policy: DeferPolicy "nope" does not exist in namespace "ns"`},
+		// A pod is held to its policy as a Job is: what the policy locks,
+		// the pod's annotations cannot change.
+		{name: "overrides what its policy locks", op: admissionv1.Create, pod: barePod(map[string]string{v1.AnnotationPolicy: "locked",
+			v1.AnnotationStageOut: "s3://mine/{pod}/", v1.AnnotationCredentials: "mine"}),
+			wantDeny: "annotation kdefer.io/stage-out: overrides the DeferPolicy's stageOut, which the policy locks (spec.locked)"},
 		{name: "bad configuration", op: admissionv1.Create, pod: barePod(map[string]string{v1.AnnotationStageOut: "s3://b/{job}/"}),
 			wantDeny: "kdefer cannot manage this pod:\n- annotation kdefer.io/stage-out: uses {job}, but the pod belongs to no Job"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := handlers(t, policy)
+			h := handlers(t, policy, locked)
 			req := request(t, tc.op, tc.pod, tc.pod)
 			resp := h.MutatePod(context.Background(), req)
 			if tc.wantDeny != "" {

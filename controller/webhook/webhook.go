@@ -2,7 +2,9 @@
 // renders opted-in batch/v1 Jobs (see package render), one that renders
 // opted-in pods no rendered template made (pod.go), a validating webhook
 // that re-checks that an admitted Job is rendered (another mutating webhook
-// may have run after kdefer's), a validating webhook for DeferPolicies, and
+// may have run after kdefer's), one that checks opted-in CronJob templates
+// as the Jobs they will make (cronjob.go), a validating webhook for
+// DeferPolicies, and
 // one that makes evictions of unfinished defer pods wait (eviction.go), and
 // the PVC arming webhook (armpvc.go, registered by the caller: it is the
 // controller's fast path, not a guard). SetupWithManager registers the rest
@@ -137,6 +139,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 func Register(srv webhook.Server, h *Handlers) {
 	srv.Register(MutateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutateJob)})
 	srv.Register(ValidateJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateJob)})
+	srv.Register(ValidateCronJobPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateCronJob)})
 	srv.Register(MutatePodPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutatePod)})
 	srv.Register(ValidatePolicyPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidatePolicy)})
 	srv.Register(ValidateEvictionPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateEviction)})
@@ -158,31 +161,49 @@ func NewHandlers(opts Options, reader client.Reader) *Handlers {
 
 // policyFor fetches the DeferPolicy a Job names, or returns a denial.
 func (h *Handlers) policyFor(ctx context.Context, job *batchv1.Job) (*v1.DeferPolicySpec, *admission.Response) {
-	name := job.Annotations[v1.AnnotationPolicy]
-	if name == "" {
-		name = job.Spec.Template.Annotations[v1.AnnotationPolicy]
+	return h.policyNamed(ctx, job.Namespace, policyName(job))
+}
+
+// policyName is the DeferPolicy a Job names: its own annotation, else its
+// pod template's ("" for none).
+func policyName(job *batchv1.Job) string {
+	if name := job.Annotations[v1.AnnotationPolicy]; name != "" {
+		return name
 	}
-	return h.policyNamed(ctx, job.Namespace, name)
+	return job.Spec.Template.Annotations[v1.AnnotationPolicy]
 }
 
 // policyNamed fetches the DeferPolicy name in namespace ns (nil for ""), or
 // returns a denial.
 func (h *Handlers) policyNamed(ctx context.Context, ns, name string) (*v1.DeferPolicySpec, *admission.Response) {
+	spec, err := h.readPolicy(ctx, ns, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		r := admission.Denied(policyMissing(ns, name))
+		return nil, &r
+	case err != nil:
+		r := admission.Errored(http.StatusInternalServerError, err)
+		return nil, &r
+	}
+	return spec, nil
+}
+
+// readPolicy reads the DeferPolicy name in namespace ns (nil for ""); a
+// missing one is a NotFound error.
+func (h *Handlers) readPolicy(ctx context.Context, ns, name string) (*v1.DeferPolicySpec, error) {
 	if name == "" {
 		return nil, nil
 	}
 	var p v1.DeferPolicy
-	err := h.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p)
-	switch {
-	case apierrors.IsNotFound(err):
-		r := admission.Denied(fmt.Sprintf("annotation %s: DeferPolicy %q does not exist in namespace %q; fix: create it first (kubectl apply -f policy.yaml), or correct the annotation",
-			v1.AnnotationPolicy, name, ns))
-		return nil, &r
-	case err != nil:
-		r := admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading DeferPolicy %s/%s: %w", ns, name, err))
-		return nil, &r
+	if err := h.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		return nil, fmt.Errorf("reading DeferPolicy %s/%s: %w", ns, name, err)
 	}
 	return &p.Spec, nil
+}
+
+func policyMissing(ns, name string) string {
+	return fmt.Sprintf("annotation %s: DeferPolicy %q does not exist in namespace %q; fix: create it first (kubectl apply -f policy.yaml), or correct the annotation",
+		v1.AnnotationPolicy, name, ns)
 }
 
 func denial(intro string, err error) admission.Response {

@@ -5,10 +5,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +24,7 @@ import (
 
 // Owners other than a plain Job (issue #17): a CI runner's bare pod, a
 // CronJob's Jobs, an Indexed Job with backoffLimitPerIndex and a
-// podFailurePolicy.
+// podFailurePolicy (Ignore on a disruption; FailJob on an exit code).
 
 // junit is the report a test-suite pod writes before its outputs.
 const junit = `<?xml version="1.0"?><testsuite name="e2e" tests="1"><testcase name="kdefer"/></testsuite>`
@@ -193,8 +195,10 @@ func TestIndexedJobBackoffPerIndex(t *testing.T) {
 	if j.Status.Failed != 1 || j.Status.Succeeded != 2 || (j.Status.FailedIndexes != nil && *j.Status.FailedIndexes != "") {
 		t.Errorf("Job status: failed %d succeeded %d failedIndexes %v, want 1, 2, none", j.Status.Failed, j.Status.Succeeded, ptr.Deref(j.Status.FailedIndexes, ""))
 	}
-	// Every attempt (2 first pods, 2 retries) had its own run, and each
-	// staged out its outputs.
+	// Every attempt (2 first pods, 2 retries) had its own run, each
+	// staged out its outputs under its own pod's prefix, and each says
+	// why its attempt ended: index 0's first was evicted, index 1's first
+	// failed, both retries succeeded.
 	runs := &v1.DeferRunList{}
 	if err := s.env.Client.List(s.ctx, runs, client.InNamespace(s.ns)); err != nil {
 		t.Fatal(err)
@@ -202,15 +206,84 @@ func TestIndexedJobBackoffPerIndex(t *testing.T) {
 	if len(runs.Items) != 4 {
 		t.Errorf("%d DeferRuns, want 4 (one per attempt)", len(runs.Items))
 	}
+	attempts := map[string][]string{}
 	for i := range runs.Items {
 		r := s.waitRun(runs.Items[i].Name, 3*time.Minute, "to finish", finished)
 		if r.Spec.CompletionIndex == nil {
 			t.Errorf("DeferRun %s has no completion index", r.Name)
+			continue
 		}
+		if r.Status.State != v1.DeferRunSucceeded {
+			t.Errorf("DeferRun %s: state %q, want %s (conditions %s)", r.Name, r.Status.State, v1.DeferRunSucceeded, runConds(r))
+		}
+		idx := fmt.Sprint(*r.Spec.CompletionIndex)
+		attempts[idx] = append(attempts[idx], string(r.Status.Trigger))
 		s.checkOutputs("sweep", r.Name, w, r.Status.Trigger)
 		s.volumeReleased(r)
 	}
+	for _, a := range attempts {
+		slices.Sort(a)
+	}
+	want := map[string][]string{"0": {string(v1.TriggerDrained), string(v1.TriggerSucceeded)}, "1": {string(v1.TriggerFailed), string(v1.TriggerSucceeded)}}
+	if diff := cmp.Diff(want, attempts); diff != "" {
+		t.Errorf("triggers of each index's attempts (-want +got):\n%s", diff)
+	}
 	s.cleanUp("sweep")
+}
+
+// TestJobFailurePolicyFailJob: a Job whose podFailurePolicy fails the whole
+// Job on exit code 3. One pod exits 3; the Job controller then deletes its
+// running sibling. kdefer's finalizer on both pods must not hold the Job
+// controller up: the Job ends Failed by the policy (not by its backoff
+// limit, which is far away), while each pod still gets its own run, the
+// failed one for its exit, the sibling for its deletion, and both outputs
+// are in the bucket.
+func TestJobFailurePolicyFailJob(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "failjob")
+	w := small
+	w.mode = "wait 3"
+	job := s.job("crash", w)
+	job.Spec.Completions, job.Spec.Parallelism = ptr.To[int32](2), ptr.To[int32](2)
+	job.Spec.BackoffLimit = ptr.To[int32](6)
+	job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+		Action: batchv1.PodFailurePolicyActionFailJob,
+		OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+			ContainerName: ptr.To("main"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{3}},
+	}}}
+	s.create(job)
+	// Both pods' outputs are written before either ends, so the sibling's
+	// deletion cuts nothing short.
+	failing, sibling := s.waitReady(3*time.Minute), s.waitReady(3*time.Minute)
+	s.sig.release(failing)
+
+	s.waitJob("crash", 3*time.Minute, "Failed by its podFailurePolicy", func(j *batchv1.Job) bool {
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+				if c.Reason != batchv1.JobReasonPodFailurePolicy {
+					t.Errorf("Job failed with reason %q (%s), want %s", c.Reason, c.Message, batchv1.JobReasonPodFailurePolicy)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	for pod, trigger := range map[string]v1.Trigger{failing: v1.TriggerFailed, sibling: v1.TriggerDeleted} {
+		run := s.waitFinished(pod, trigger, v1.DeferRunSucceeded, 3*time.Minute)
+		if run.Spec.JobName != "crash" {
+			t.Errorf("DeferRun %s: job %q, want crash", pod, run.Spec.JobName)
+		}
+		s.checkOutputs("crash", pod, w, trigger)
+		s.volumeReleased(run)
+	}
+	j := &batchv1.Job{}
+	if err := s.env.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: "crash"}, j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Status.Succeeded != 0 || j.Status.Active != 0 {
+		t.Errorf("Job status: succeeded %d active %d, want 0, 0", j.Status.Succeeded, j.Status.Active)
+	}
+	s.cleanUp("crash")
 }
 
 // waitJob waits until the Job satisfies cond.

@@ -46,6 +46,7 @@ func TestAdmission(t *testing.T) {
 
 	t.Run("CRDValidation", func(t *testing.T) { testCRDValidation(t, env) })
 	t.Run("Webhooks", func(t *testing.T) { testWebhooks(t, env) })
+	t.Run("CronJobs", func(t *testing.T) { testCronJobs(t, env) })
 	t.Run("RetainWorkVolumes", func(t *testing.T) { testRetainPolicy(t, env) })
 	t.Run("Kustomize", func(t *testing.T) { testKustomize(t, env) })
 }

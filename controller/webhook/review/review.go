@@ -1,5 +1,6 @@
 // Package review decodes the objects of kdefer's admission requests (Jobs,
-// pods, DeferPolicies, PVCs) and decides which Job requests need a review.
+// CronJobs, pods, DeferPolicies, PVCs) and decides which Job and CronJob
+// requests need a review.
 // Their bytes come from whoever may create those objects, so the decoding is
 // fuzzed (review_fuzz_test.go). It is apart from package webhook, and
 // depends on k8s.io/api, apimachinery and kdefer's api only (no
@@ -51,6 +52,37 @@ func Job(req *admissionv1.AdmissionRequest) (*batchv1.Job, bool, error) {
 		}
 	}
 	return job, true, nil
+}
+
+// CronJob decodes the CronJob of req and says whether the request needs
+// checking: creations, and updates that change the jobTemplate, of a CronJob
+// whose jobTemplate opts in (kdefer never blocks a suspend, a schedule change
+// or a deletion). The CronJob's namespace is the request's when the object
+// leaves it out.
+func CronJob(req *admissionv1.AdmissionRequest) (*batchv1.CronJob, bool, error) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return nil, false, nil
+	}
+	cj := &batchv1.CronJob{}
+	if err := json.Unmarshal(req.Object.Raw, cj); err != nil {
+		return nil, false, fmt.Errorf("decode the CronJob: %w", err)
+	}
+	if cj.Namespace == "" {
+		cj.Namespace = req.Namespace
+	}
+	if cj.Spec.JobTemplate.Labels[v1.LabelEnabled] != "true" || cj.DeletionTimestamp != nil {
+		return cj, false, nil
+	}
+	if req.Operation == admissionv1.Update {
+		old := &batchv1.CronJob{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return nil, false, fmt.Errorf("decode the CronJob before the update: %w", err)
+		}
+		if equality.Semantic.DeepEqual(old.Spec.JobTemplate, cj.Spec.JobTemplate) {
+			return cj, false, nil
+		}
+	}
+	return cj, true, nil
 }
 
 // LabelAdded reports an update that opts an existing, unrendered Job in.

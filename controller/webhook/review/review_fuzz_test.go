@@ -67,6 +67,7 @@ func FuzzDecode(f *testing.F) {
 		{0, `{"metadata":{"generateName":"p-","labels":{"` + v1.LabelEnabled + `":"true"}},"spec":{"containers":[{"name":"c"}],"activeDeadlineSeconds":9}}`, "", "x"},
 		{0, `{"apiVersion":"kdefer.io/v1alpha1","kind":"DeferPolicy","metadata":{"name":"p"},"spec":{"deadline":"30m","stageOut":{"to":"s3://b/x"}}}`, "", "x"},
 		{0, `{"metadata":{"name":"w","ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p","uid":"u","controller":true}]},"spec":{"resources":{"requests":{"storage":"1e3"}}}}`, "", "x"},
+		{0, `{"apiVersion":"batch/v1","kind":"CronJob","metadata":{"name":"c"},"spec":{"schedule":"* * * * *","jobTemplate":{"metadata":{"labels":{"` + v1.LabelEnabled + `":"true"}},"spec":{"template":{"spec":{"containers":[{"name":"main"}]}}}}}}`, "", "x"},
 		{2, `not json`, `{`, ""},
 		{0, `{"metadata":{"creationTimestamp":"2026-12-01T00:00:00.123456789Z","deletionTimestamp":"2026-12-01T00:00:00Z"}}`, "", ""},
 	}
@@ -95,6 +96,16 @@ func FuzzDecode(f *testing.F) {
 		}
 		if review.LabelAdded(req, j) && (req.Operation != admissionv1.Update || j.Labels[v1.LabelEnabled] != "true") {
 			t.Fatalf("LabelAdded: true for a %s of a Job labelled %q", req.Operation, j.Labels[v1.LabelEnabled])
+		}
+		cj, check, err := review.CronJob(req)
+		switch {
+		case err != nil && (cj != nil || check):
+			t.Fatalf("CronJob: error %v with a CronJob or a review", err)
+		case cj != nil:
+			stable(t, "CronJob", cj)
+			if check && (cj.Spec.JobTemplate.Labels[v1.LabelEnabled] != "true" || cj.DeletionTimestamp != nil) {
+				t.Fatalf("CronJob: reviews a CronJob whose template does not opt in, or being deleted: %+v", cj.Spec.JobTemplate.ObjectMeta)
+			}
 		}
 		if pod, err := review.Pod(req); err == nil {
 			stable(t, "Pod", pod)
