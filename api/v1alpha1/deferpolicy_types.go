@@ -168,6 +168,12 @@ type StageOut struct {
 	// the same prefix for every attempt.
 	// +optional
 	Overwrite bool `json:"overwrite,omitempty"`
+
+	// logs archives the ended pod's container logs under the prefix's
+	// _kdefer/logs/ before the manifest is written, and lists them in it
+	// (on by default; see StageOutLogs).
+	// +optional
+	Logs *StageOutLogs `json:"logs,omitempty"`
 }
 
 // StageIn is one source downloaded before the main containers start.

@@ -74,6 +74,11 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 		op: "out", urlFlag: "--to", url: &out.To, transfer: &out.TransferOptions,
 		run: func(ctx context.Context) (storage.TransferResult, error) {
 			out.Version = toolVersion()
+			logs, err := stageout.LogClientFromEnv(os.LookupEnv)
+			if err != nil {
+				return storage.TransferResult{}, storage.Usagef("archive logs: %w", err)
+			}
+			out.Logs = logs
 			r, err := stageout.Run(ctx, out)
 			return r.TransferResult, err
 		},
