@@ -198,7 +198,8 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	if v, _ := render.S3CABundle(pol); v != nil && pol.StageOut != nil && pol.StageOut.URL != "" {
 		volumes = append(volumes, *v)
 	}
-	if mountsVolume(&steps[0].Container, map[string]bool{logsTokenVolume: true}) {
+	logsToken := mountsVolume(&steps[0].Container, map[string]bool{logsTokenVolume: true})
+	if logsToken {
 		volumes = append(volumes, logsVolume())
 	}
 	for _, rv := range run.Spec.Volumes {
@@ -247,6 +248,11 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 				{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(nodeLost)},
 			},
 		},
+	}
+	if logsToken {
+		// The token names the pod's service account: say which, as the
+		// ServiceAccount admission plugin would (LogServer checks it).
+		pod.Spec.ServiceAccountName = "default"
 	}
 	admissible(pod, pol, opts)
 	return pod
