@@ -38,6 +38,9 @@ type Manifest struct {
 	// Unsaved lists the files under the root that were not stored, each with
 	// the reason. Empty means the manifest covers every file the filters chose.
 	Unsaved []UnsavedFile `json:"unsaved,omitempty"`
+	// Logs lists the archived container logs, under LogsDir, of the pod
+	// that ended (stage-out with logs on; see logs.go).
+	Logs []ManifestFile `json:"logs,omitempty"`
 }
 
 // UnsavedFile is a file a stage-out chose but could not store.

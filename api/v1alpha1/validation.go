@@ -32,6 +32,9 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 		}
 		errs = append(errs, validateGlobs(so.Include, p.Child("include"))...)
 		errs = append(errs, validateGlobs(so.Exclude, p.Child("exclude"))...)
+		if l := so.Logs; l != nil && l.MaxBytes != nil && (l.MaxBytes.Sign() <= 0 || l.MaxBytes.Cmp(maxLogsMaxBytes) > 0) {
+			errs = append(errs, field.Invalid(p.Child("logs", "maxBytes"), l.MaxBytes.String(), "must be more than 0 and at most "+maxLogsMaxBytes.String()))
+		}
 	}
 	for i, in := range s.StageIn {
 		p := fld.Child("stageIn").Index(i)

@@ -82,6 +82,11 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 					Fix: "list some of " + strings.Join(stagecontract.ManifestChecksums, ",")}
 			}
 			out.Checksums = set
+			logs, err := stageout.LogClientFromEnv(os.LookupEnv)
+			if err != nil {
+				return storage.TransferResult{}, storage.Usagef("archive logs: %w", err)
+			}
+			out.Logs = logs
 			r, err := stageout.Run(ctx, out)
 			return r.TransferResult, err
 		},

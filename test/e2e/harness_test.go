@@ -731,7 +731,7 @@ func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger,
 		}
 	}
 	for k := range objs {
-		if !want[k] {
+		if !want[k] && !strings.HasPrefix(k, stagecontract.LogsDir) { // logs: checkManifest
 			unexpected = append(unexpected, k)
 		}
 	}
@@ -771,7 +771,9 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 			delete(have, k)
 		}
 		for k := range have {
-			s.t.Errorf("s3://%s/%s%s unexpected", bucket, prefix, k)
+			if !strings.HasPrefix(k, stagecontract.LogsDir) { // checked below
+				s.t.Errorf("s3://%s/%s%s unexpected", bucket, prefix, k)
+			}
 		}
 	}
 	mo, ok := objs[stagecontract.ManifestKey]
@@ -789,6 +791,17 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 	for _, f := range m.Files {
 		listed[f.Key] = f.Size
 	}
+	// The ended pod's logs (stageOut.logs, on by default): listed apart
+	// from the outputs, under _kdefer/logs/POD/.
+	if len(m.Logs) == 0 {
+		s.t.Errorf("manifest lists no logs of pod %s: the stage step could not fetch them (see its warnings)", m.Identity["pod"])
+	}
+	for _, l := range m.Logs {
+		if !strings.HasPrefix(l.Key, stagecontract.LogsDir+m.Identity["pod"]+"/") {
+			s.t.Errorf("manifest lists log %s, not under %s%s/", l.Key, stagecontract.LogsDir, m.Identity["pod"])
+		}
+		listed[l.Key] = l.Size
+	}
 	for k, o := range objs {
 		if k == stagecontract.ManifestKey {
 			continue
@@ -801,9 +814,9 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 		}
 	}
 	if len(listed) != len(objs)-1 {
-		s.t.Errorf("manifest lists %d files, the prefix holds %d objects besides it", len(listed), len(objs)-1)
+		s.t.Errorf("manifest lists %d files and logs, the prefix holds %d objects besides it", len(listed), len(objs)-1)
 	}
-	s.logf("s3://%s/%s: %d objects, every byte and checksum right, manifest last", bucket, prefix, len(objs))
+	s.logf("s3://%s/%s: %d objects (%d logs), every byte and checksum right, manifest last", bucket, prefix, len(objs), len(m.Logs))
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
