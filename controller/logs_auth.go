@@ -64,12 +64,19 @@ func ClaimsOf(st authnv1.TokenReviewStatus) (LogsClaims, error) {
 // token's pod is the apiserver's (namespace, name and UID), the run is
 // kdefer's, the pod has the name kdefer gives the run's defer pod, is owned
 // by the run (or carries its UID), runs on the run's node and was created
-// after the run was triggered, and the run's policy archives logs. What is
+// after the run was triggered, and the run's policy archives logs. The
+// run's status (node, trigger time) is written up to 30 s after its defer
+// pod is created (the bookkeeping delay), so the stage step usually asks
+// before it exists: until then the node is the ended pod's, where it ran. What is
 // left is a principal who may create pods in the run's namespace and wins
 // the race against kdefer's create of the defer pod's name: that run then
 // fails visibly, its defer pod refused as already existing (README,
 // "Logs").
-func AuthorizeLogs(c LogsClaims, deferPod *corev1.Pod, run *v1.DeferRun) error {
+func AuthorizeLogs(c LogsClaims, deferPod *corev1.Pod, run *v1.DeferRun, ended *corev1.Pod) error {
+	node := run.Status.NodeName
+	if node == "" {
+		node = ended.Spec.NodeName
+	}
 	switch {
 	case deferPod.Namespace != c.Namespace || deferPod.Name != c.PodName || string(deferPod.UID) != c.PodUID:
 		return fmt.Errorf("the token's pod %s/%s (uid %s) is gone", c.Namespace, c.PodName, c.PodUID)
@@ -79,9 +86,9 @@ func AuthorizeLogs(c LogsClaims, deferPod *corev1.Pod, run *v1.DeferRun) error {
 		return fmt.Errorf("pod %s is not the defer pod of run %s", deferPod.Name, run.Name)
 	case serviceAccountOf(deferPod) != c.ServiceAccount:
 		return fmt.Errorf("the token's service account %s is not pod %s's", c.ServiceAccount, deferPod.Name)
-	case run.Status.NodeName == "" || deferPod.Spec.NodeName != run.Status.NodeName:
-		return fmt.Errorf("pod %s is not on run %s's node %q", deferPod.Name, run.Name, run.Status.NodeName)
-	case run.Status.TriggeredAt == nil || deferPod.CreationTimestamp.Time.Before(run.Status.TriggeredAt.Time):
+	case node == "" || deferPod.Spec.NodeName != node:
+		return fmt.Errorf("pod %s is not on run %s's node %q", deferPod.Name, run.Name, node)
+	case run.Status.TriggeredAt != nil && deferPod.CreationTimestamp.Time.Before(run.Status.TriggeredAt.Time):
 		return fmt.Errorf("pod %s was created before run %s was triggered", deferPod.Name, run.Name)
 	case !run.Spec.Policy.StageOut.LogsEnabled():
 		return fmt.Errorf("run %s's policy does not archive logs (stageOut.logs.enabled)", run.Name)

@@ -41,7 +41,7 @@ func TestClaimsOf(t *testing.T) {
 
 // logsCase is a triggered run with logs on and its defer pod, as kdefer
 // makes them.
-func logsCase() (controller.LogsClaims, *corev1.Pod, *v1.DeferRun) {
+func logsCase() (controller.LogsClaims, *corev1.Pod, *v1.DeferRun, *corev1.Pod) {
 	trig := metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	run := &v1.DeferRun{ObjectMeta: metav1.ObjectMeta{Name: "job-abc", Namespace: "ns", UID: "run-uid"},
 		Spec:   v1.DeferRunSpec{PodName: "job-abc", PodUID: "ended-uid", Policy: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/{pod}"}}},
@@ -52,15 +52,23 @@ func logsCase() (controller.LogsClaims, *corev1.Pod, *v1.DeferRun) {
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: v1.GroupVersion.String(), Kind: "DeferRun", Name: run.Name, UID: run.UID,
 			Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{NodeName: "n1"}}
-	return controller.LogsClaims{Namespace: "ns", ServiceAccount: "default", PodName: pod.Name, PodUID: "defer-uid"}, pod, run
+	ended := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: run.Spec.PodName, Namespace: "ns", UID: "ended-uid"},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+	return controller.LogsClaims{Namespace: "ns", ServiceAccount: "default", PodName: pod.Name, PodUID: "defer-uid"}, pod, run, ended
 }
 
 // Only the run's own defer pod, as kdefer made it, may read the ended
 // pod's logs.
 func TestAuthorizeLogs(t *testing.T) {
-	c, pod, run := logsCase()
-	if err := controller.AuthorizeLogs(c, pod, run); err != nil {
+	c, pod, run, ended := logsCase()
+	if err := controller.AuthorizeLogs(c, pod, run, ended); err != nil {
 		t.Fatalf("the run's defer pod refused: %v", err)
+	}
+	// The stage step asks before the run's bookkeeping has written its
+	// status (node, trigger time): the ended pod's node stands in.
+	run.Status.NodeName, run.Status.TriggeredAt = "", nil
+	if err := controller.AuthorizeLogs(c, pod, run, ended); err != nil {
+		t.Fatalf("the run's defer pod refused before the run's status is written: %v", err)
 	}
 	for name, tc := range map[string]struct {
 		edit func(*controller.LogsClaims, *corev1.Pod, *v1.DeferRun)
@@ -80,7 +88,10 @@ func TestAuthorizeLogs(t *testing.T) {
 			p.Name, c.PodName = "other-defer", "other-defer"
 		}, "not the defer pod"},
 		"on another node":   {func(_ *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) { p.Spec.NodeName = "n2" }, "node"},
-		"run not triggered": {func(_ *controller.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) { r.Status.TriggeredAt = nil }, "triggered"},
+		"status not written, pod on another node than the ended pod's": {func(_ *controller.LogsClaims, p *corev1.Pod, r *v1.DeferRun) {
+			r.Status.NodeName, r.Status.TriggeredAt = "", nil
+			p.Spec.NodeName = "n2"
+		}, "node"},
 		"pod created before the trigger": {func(_ *controller.LogsClaims, p *corev1.Pod, r *v1.DeferRun) {
 			p.CreationTimestamp = metav1.NewTime(r.Status.TriggeredAt.Add(-time.Minute))
 		}, "triggered"},
@@ -90,9 +101,9 @@ func TestAuthorizeLogs(t *testing.T) {
 		"no stage-out":                        {func(_ *controller.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) { r.Spec.Policy.StageOut = nil }, "logs"},
 		"run in another namespace than token": {func(_ *controller.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) { r.Namespace = "other" }, "namespace"},
 	} {
-		c, pod, run := logsCase()
+		c, pod, run, ended := logsCase()
 		tc.edit(&c, pod, run)
-		err := controller.AuthorizeLogs(c, pod, run)
+		err := controller.AuthorizeLogs(c, pod, run, ended)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want one mentioning %q", name, err, tc.want)
 		}

@@ -188,9 +188,6 @@ func (s *LogServer) authorize(ctx context.Context, c LogsClaims) (*corev1.Pod, e
 		}
 		return nil, fmt.Errorf("get run %s/%s: %w", c.Namespace, runName, err)
 	}
-	if err := AuthorizeLogs(c, deferPod, run); err != nil {
-		return nil, forbidden("%v", err)
-	}
 	ended := &corev1.Pod{}
 	err := s.Reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Spec.PodName}, ended)
 	if apierrors.IsNotFound(err) || (err == nil && ended.UID != run.Spec.PodUID) {
@@ -198,6 +195,9 @@ func (s *LogServer) authorize(ctx context.Context, c LogsClaims) (*corev1.Pod, e
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", run.Namespace, run.Spec.PodName, err)
+	}
+	if err := AuthorizeLogs(c, deferPod, run, ended); err != nil {
+		return nil, forbidden("%v", err)
 	}
 	return ended, nil
 }
