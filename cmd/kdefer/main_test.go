@@ -205,3 +205,18 @@ func TestRenderCronJob(t *testing.T) {
 		t.Errorf("lint of the rendered CronJob:\n%s", out2)
 	}
 }
+
+// exitCodeOf is the exit code a command's error asks for (0 for nil); any
+// other error fails the test.
+func exitCodeOf(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	}
+	t.Fatal(err)
+	return 0
+}

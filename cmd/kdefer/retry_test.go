@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -45,13 +44,7 @@ func TestRetryRun(t *testing.T) {
 			c := fakeClient(objs...)
 			var out bytes.Buffer
 			err := retryRun(context.Background(), &out, c, "ns", "a", now, tc.timeout, 10*time.Millisecond)
-			code := 0
-			var ee *exitError
-			if errors.As(err, &ee) {
-				code = ee.code
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			code := exitCodeOf(t, err)
 			if code != tc.wantCode {
 				t.Errorf("exit code %d (%v), want %d", code, err, tc.wantCode)
 			}

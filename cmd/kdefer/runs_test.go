@@ -67,13 +67,7 @@ func TestWaitRuns(t *testing.T) {
 			}
 			var out bytes.Buffer
 			err = waitRuns(context.Background(), &out, &outputFlags{}, fakeClient(tc.objs...), "ns", kind, n, 30*time.Millisecond, 10*time.Millisecond)
-			code := 0
-			var ee *exitError
-			if errors.As(err, &ee) {
-				code = ee.code
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			code := exitCodeOf(t, err)
 			if code != tc.wantCode {
 				t.Errorf("exit code %d (%v), want %d; output:\n%s", code, err, tc.wantCode, out.String())
 			}
