@@ -87,7 +87,7 @@ func TestAuthorizeLogs(t *testing.T) {
 		"the defer pod's name of another run": {func(c *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) {
 			p.Name, c.PodName = "other-defer", "other-defer"
 		}, "not the defer pod"},
-		"on another node":   {func(_ *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) { p.Spec.NodeName = "n2" }, "node"},
+		"on another node": {func(_ *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) { p.Spec.NodeName = "n2" }, "node"},
 		"status not written, pod on another node than the ended pod's": {func(_ *controller.LogsClaims, p *corev1.Pod, r *v1.DeferRun) {
 			r.Status.NodeName, r.Status.TriggeredAt = "", nil
 			p.Spec.NodeName = "n2"
