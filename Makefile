@@ -65,12 +65,12 @@ envtest-assets: tools
 ## on fresh clones, 2026-12-01 (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
 ##   tier     cold (fresh HOME: no caches)     warm (tools cached)
-##   tools    2282 s, in the background        1 s
-##   verify   2272 s (overlaps tools)          140 s
-##   fuzz     479 s (overlaps tools)           31 s
-##   unit     264 s                            158 s
-##   e2e      407 s                            363 s
-##   total    57 min (88 CPU-min)              11.5 min
+##   tools    2282 s, in the background        0 s
+##   verify   2272 s (overlaps tools)          225 s
+##   fuzz     479 s (overlaps tools)           153 s
+##   unit     264 s                            236 s
+##   e2e      407 s (22 scenarios)             604 s (32 scenarios)
+##   total    57 min (88 CPU-min)              20.3 min
 test:
 	hack/test.sh
 
