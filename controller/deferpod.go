@@ -139,7 +139,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		if _, m := render.S3CABundle(pol); m != nil {
 			c.VolumeMounts = append(c.VolumeMounts, *m)
 		}
-		withLogs(&c, so, opts.Logs)
+		withLogs(&c, so, opts.Logs, v1.DeferPodName(run))
 		if pol.Credentials != nil && pol.Credentials.Name != "" {
 			// Credentials only in the step that needs them.
 			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
@@ -208,6 +208,11 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	logsToken := mountsVolume(&steps[0].Container, map[string]bool{logsTokenVolume: true})
 	if logsToken {
 		volumes = append(volumes, logsVolume())
+		if len(inits) > 0 {
+			// Defer containers follow the stage-out step: their logs
+			// are archived by a sidecar when the pod ends.
+			inits = slices.Insert(inits, 1, logsSidecar(&steps[0].Container))
+		}
 	}
 	for _, rv := range run.Spec.Volumes {
 		volumes = append(volumes, corev1.Volume{Name: rv.Name, VolumeSource: corev1.VolumeSource{

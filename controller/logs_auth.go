@@ -119,3 +119,15 @@ func LogsIndexOf(pod *corev1.Pod) stagecontract.LogsIndex {
 	}
 	return idx
 }
+
+// StepLogsIndexOf lists the logs of a defer pod's defer containers (their
+// previous attempts too), for its stage-logs sidecar: not its built-in
+// containers', since the stage-out step archives its own log with the
+// manifest and the sidecar is the one asking.
+func StepLogsIndexOf(deferPod *corev1.Pod) stagecontract.LogsIndex {
+	idx := LogsIndexOf(deferPod)
+	idx.Logs = slices.DeleteFunc(idx.Logs, func(r stagecontract.LogRef) bool {
+		return r.Container == v1.StageOutStepName || r.Container == v1.StageLogsName
+	})
+	return idx
+}

@@ -1,12 +1,14 @@
 package controller_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -126,5 +128,38 @@ func TestLogsIndexOf(t *testing.T) {
 		if got.Logs[i] != want[i] {
 			t.Errorf("log %d = %+v, want %+v", i, got.Logs[i], want[i])
 		}
+	}
+}
+
+// The stage-logs sidecar gets the defer containers' logs, every attempt,
+// not the built-in containers'.
+func TestStepLogsIndexOf(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "r-defer"},
+		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: v1.StageOutStepName}, {Name: v1.StageLogsName}, {Name: "flaky"}},
+			Containers: []corev1.Container{{Name: "after"}}},
+		Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{Name: v1.StageOutStepName, RestartCount: 1}, {Name: v1.StageLogsName}, {Name: "flaky", RestartCount: 2}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "after"}}}}
+	got := controller.StepLogsIndexOf(pod)
+	want := []stagecontract.LogRef{{Container: "flaky"}, {Container: "flaky", Previous: true}, {Container: "after"}}
+	if got.Pod != "r-defer" || fmt.Sprint(got.Logs) != fmt.Sprint(want) {
+		t.Errorf("index = %+v, want %+v", got, want)
+	}
+}
+
+// A log the kubelet no longer has: for a kubelet-evicted pod the answer
+// says why (the kubelet removes its containers as they stop), so the
+// manifest's warning does.
+func TestLogFetchError(t *testing.T) {
+	ref := stagecontract.LogRef{Container: "main"}
+	gone := apierrors.NewBadRequest("unable to retrieve container logs for containerd://abc")
+	evicted := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{Reason: "Evicted"}}
+	if err := controller.LogFetchError(evicted, ref, gone); err == nil || !strings.Contains(err.Error(), "evicted by the kubelet") ||
+		!strings.Contains(err.Error(), "unable to retrieve container logs") {
+		t.Errorf("evicted pod: %v, want the eviction and the kubelet's answer", err)
+	}
+	failed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	if err := controller.LogFetchError(failed, ref, gone); err == nil || strings.Contains(err.Error(), "evicted") ||
+		!strings.Contains(err.Error(), "unable to retrieve container logs") {
+		t.Errorf("failed pod: %v, want the kubelet's answer alone", err)
 	}
 }

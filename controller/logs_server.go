@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/controller/podstate"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -98,34 +99,61 @@ func (s *LogServer) serve(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ended, err := s.authorize(ctx, claims)
+	ended, deferPod, err := s.authorize(ctx, claims)
 	if err != nil {
 		return err
 	}
-	idx := LogsIndexOf(ended)
 	q := r.URL.Query()
+	// The ended pod's logs, or (for the stage-logs sidecar) the defer
+	// pod's own defer containers'.
+	of, idx := ended, LogsIndexOf(ended)
+	if q.Get(stagecontract.LogsStepsParam) == "true" {
+		of, idx = deferPod, StepLogsIndexOf(deferPod)
+	}
 	if q.Get("container") == "" {
 		w.Header().Set("Content-Type", "application/json")
 		return json.NewEncoder(w).Encode(idx)
 	}
 	ref := stagecontract.LogRef{Container: q.Get("container"), Previous: q.Get("previous") == "true"}
 	if !containsRef(idx.Logs, ref) {
-		return &httpError{http.StatusNotFound, fmt.Sprintf("pod %s has no log %+v", ended.Name, ref)}
+		return &httpError{http.StatusNotFound, fmt.Sprintf("pod %s has no log %+v", of.Name, ref)}
 	}
-	rc, err := s.Logs(ctx, ended.Namespace, ended.Name, &corev1.PodLogOptions{Container: ref.Container, Previous: ref.Previous})
+	rc, err := s.Logs(ctx, of.Namespace, of.Name, &corev1.PodLogOptions{Container: ref.Container, Previous: ref.Previous})
 	if err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) {
-			return &httpError{http.StatusNotFound, err.Error()}
-		}
-		return fmt.Errorf("get log of %s/%s %+v: %w", ended.Namespace, ended.Name, ref, err)
+		return LogFetchError(of, ref, err)
 	}
 	defer rc.Close()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if _, err := io.Copy(w, rc); err != nil {
 		// The status line is sent: the client sees a short body.
-		s.Log.Info("stop streaming a log", "pod", ended.Name, "container", ref.Container, "error", err.Error())
+		s.Log.Info("stop streaming a log", "pod", of.Name, "container", ref.Container, "error", err.Error())
 	}
 	return nil
+}
+
+// LogFetchError is the answer to a log the apiserver would not give
+// (GET pods/log failed with err), with a reason the stage step records
+// in the manifest's logWarnings. The kubelet answers 400 for a container
+// whose log it no longer has. A kubelet-evicted pod is the usual case: the
+// kubelet removes an evicted pod's containers, and their logs, as soon as
+// they stop (pod_workers.go ShouldPodContentBeRemoved, the container
+// deletor), so its logs are gone before any defer pod can ask, although the
+// pod object still lists the containers.
+func LogFetchError(ended *corev1.Pod, ref stagecontract.LogRef, err error) error {
+	if kubeletEvicted(ended) {
+		return &httpError{http.StatusGone, fmt.Sprintf("pod %s was evicted by the kubelet, which removes an evicted pod's containers and their logs as they stop: %v", ended.Name, err)}
+	}
+	if apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) {
+		return &httpError{http.StatusNotFound, err.Error()}
+	}
+	return fmt.Errorf("get log of %s/%s %+v: %w", ended.Namespace, ended.Name, ref, err)
+}
+
+// kubeletEvicted says whether the kubelet's eviction manager ended pod
+// (its status reason; a graceful node shutdown, the other
+// TerminationByKubelet, keeps its containers).
+func kubeletEvicted(pod *corev1.Pod) bool {
+	return pod.Status.Reason == podstate.PodReasonEvicted
 }
 
 func containsRef(refs []stagecontract.LogRef, ref stagecontract.LogRef) bool {
@@ -165,41 +193,42 @@ func (s *LogServer) authenticate(ctx context.Context, token string) (LogsClaims,
 	return claims, nil
 }
 
-// authorize returns the ended pod whose logs the bearer of claims may read.
-func (s *LogServer) authorize(ctx context.Context, c LogsClaims) (*corev1.Pod, error) {
+// authorize returns the ended pod whose logs the bearer of claims may
+// read, and the bearer's defer pod.
+func (s *LogServer) authorize(ctx context.Context, c LogsClaims) (*corev1.Pod, *corev1.Pod, error) {
 	forbidden := func(format string, args ...any) error {
 		return &httpError{http.StatusForbidden, fmt.Sprintf(format, args...)}
 	}
 	deferPod := &corev1.Pod{}
 	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.PodName}, deferPod); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, forbidden("pod %s/%s is gone", c.Namespace, c.PodName)
+			return nil, nil, forbidden("pod %s/%s is gone", c.Namespace, c.PodName)
 		}
-		return nil, fmt.Errorf("get pod %s/%s: %w", c.Namespace, c.PodName, err)
+		return nil, nil, fmt.Errorf("get pod %s/%s: %w", c.Namespace, c.PodName, err)
 	}
 	runName := DeferPodRun(deferPod)
 	if runName == "" {
-		return nil, forbidden("pod %s is not a defer pod", c.PodName)
+		return nil, nil, forbidden("pod %s is not a defer pod", c.PodName)
 	}
 	run := &v1.DeferRun{}
 	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: runName}, run); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, forbidden("run %s/%s is gone", c.Namespace, runName)
+			return nil, nil, forbidden("run %s/%s is gone", c.Namespace, runName)
 		}
-		return nil, fmt.Errorf("get run %s/%s: %w", c.Namespace, runName, err)
+		return nil, nil, fmt.Errorf("get run %s/%s: %w", c.Namespace, runName, err)
 	}
 	ended := &corev1.Pod{}
 	err := s.Reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Spec.PodName}, ended)
 	if apierrors.IsNotFound(err) || (err == nil && ended.UID != run.Spec.PodUID) {
-		return nil, &httpError{http.StatusGone, fmt.Sprintf("pod %s is gone, and its logs with it", run.Spec.PodName)}
+		return nil, nil, &httpError{http.StatusGone, fmt.Sprintf("pod %s is gone, and its logs with it", run.Spec.PodName)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get pod %s/%s: %w", run.Namespace, run.Spec.PodName, err)
+		return nil, nil, fmt.Errorf("get pod %s/%s: %w", run.Namespace, run.Spec.PodName, err)
 	}
 	if err := AuthorizeLogs(c, deferPod, run, ended); err != nil {
-		return nil, forbidden("%v", err)
+		return nil, nil, forbidden("%v", err)
 	}
-	return ended, nil
+	return ended, deferPod, nil
 }
 
 func (s *LogServer) now() time.Time {

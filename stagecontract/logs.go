@@ -22,6 +22,10 @@ const (
 	EnvLogsCA = "KDEFER_LOGS_CA"
 	// EnvLogsMaxBytes caps each archived log; a longer log keeps its tail.
 	EnvLogsMaxBytes = "KDEFER_LOGS_MAX_BYTES"
+	// EnvLogsSelf is "POD/CONTAINER", the defer pod and stage step whose
+	// own log the step archives with the ended pod's (LogKey(POD,
+	// CONTAINER)), so the stage step's log outlives its pod too.
+	EnvLogsSelf = "KDEFER_LOGS_SELF"
 )
 
 // LogsAudience is the audience of the token the stage-out step presents;
@@ -33,8 +37,31 @@ const LogsTokenPath = "/var/run/secrets/kdefer.io/logs/token"
 
 // LogsPath is the endpoint's path on the controller's webhook server.
 // GET LogsPath answers a LogsIndex; GET LogsPath?container=C&previous=B
-// streams that log.
+// streams that log. With LogsStepsParam=true both are about the bearer's
+// own defer pod instead: the logs of its defer containers (not its stage
+// steps), for the stage-logs sidecar.
 const LogsPath = "/kdefer/v1/logs"
+
+// LogsStepsParam is the query parameter that asks for the defer pod's
+// own steps' logs.
+const LogsStepsParam = "steps"
+
+// StepLogsKey is the key, relative to the prefix, of the object that
+// lists the defer containers' logs of defer pod POD, written by the
+// stage-logs sidecar after the manifest (which it must never rewrite: the
+// manifest is the stage-out's commit marker) and after the logs it lists.
+func StepLogsKey(pod string) string { return LogsDir + pod + "/index.json" }
+
+// StepLogs is the object at StepLogsKey.
+type StepLogs struct {
+	Version int `json:"version"`
+	// Pod is the defer pod.
+	Pod string `json:"pod"`
+	// Logs are the defer containers' logs, as in the manifest's logs.
+	Logs []ManifestFile `json:"logs"`
+	// LogWarnings are the logs that could not be archived, with why.
+	LogWarnings []LogWarning `json:"logWarnings,omitempty"`
+}
 
 // LogsIndex lists the logs the endpoint serves to a token.
 type LogsIndex struct {
@@ -57,4 +84,17 @@ func LogKey(pod string, r LogRef) string {
 		return LogsDir + pod + "/" + r.Container + ".previous.log"
 	}
 	return LogsDir + pod + "/" + r.Container + ".log"
+}
+
+// LogWarning is a log a stage-out step could not archive.
+type LogWarning struct {
+	// Pod is the pod whose log it is.
+	Pod string `json:"pod"`
+	// Container is the container whose log it is; empty when no log of the
+	// pod could be listed (the endpoint could not be asked).
+	Container string `json:"container,omitempty"`
+	// Previous is the attempt before the container's last restart.
+	Previous bool `json:"previous,omitempty"`
+	// Reason says why, for a person.
+	Reason string `json:"reason"`
 }

@@ -27,6 +27,9 @@ type LogClient struct {
 	TokenPath string
 	// Client trusts the endpoint's CA.
 	Client *http.Client
+	// Steps asks for the bearer's own defer pod's defer containers' logs
+	// (stagecontract.LogsStepsParam) instead of the ended pod's.
+	Steps bool
 }
 
 // NewLogClient returns a client of the endpoint at rawURL whose certificate
@@ -47,8 +50,9 @@ func NewLogClient(rawURL, caPEM, tokenPath string) (*LogClient, error) {
 
 // LogClientFromEnv returns the client the stagecontract.EnvLogsURL,
 // EnvLogsCA and EnvLogsMaxBytes environment describe, or a zero Logs when
-// the URL is unset (logs off).
-func LogClientFromEnv(env func(string) (string, bool)) (Logs, error) {
+// the URL is unset (logs off); steps asks for the defer pod's own steps'
+// logs (LogClient.Steps).
+func LogClientFromEnv(env func(string) (string, bool), steps bool) (Logs, error) {
 	u, _ := env(stagecontract.EnvLogsURL)
 	if u == "" {
 		return Logs{}, nil
@@ -58,6 +62,7 @@ func LogClientFromEnv(env func(string) (string, bool)) (Logs, error) {
 	if err != nil {
 		return Logs{}, err
 	}
+	c.Steps = steps
 	l := Logs{Source: c}
 	if s, _ := env(stagecontract.EnvLogsMaxBytes); s != "" {
 		if l.MaxBytes, err = strconv.ParseInt(s, 10, 64); err != nil || l.MaxBytes <= 0 {
@@ -70,7 +75,11 @@ func LogClientFromEnv(env func(string) (string, bool)) (Logs, error) {
 // Index implements LogSource.
 func (c *LogClient) Index(ctx context.Context) (stagecontract.LogsIndex, error) {
 	var idx stagecontract.LogsIndex
-	rc, err := c.get(ctx, c.URL)
+	u := c.URL
+	if c.Steps {
+		u += c.sep() + url.Values{stagecontract.LogsStepsParam: {"true"}}.Encode()
+	}
+	rc, err := c.get(ctx, u)
 	if err != nil {
 		return idx, err
 	}
@@ -87,11 +96,18 @@ func (c *LogClient) Open(ctx context.Context, ref stagecontract.LogRef) (io.Read
 	if ref.Previous {
 		q.Set("previous", "true")
 	}
-	sep := "?"
-	if strings.Contains(c.URL, "?") {
-		sep = "&"
+	if c.Steps {
+		q.Set(stagecontract.LogsStepsParam, "true")
 	}
-	return c.get(ctx, c.URL+sep+q.Encode())
+	return c.get(ctx, c.URL+c.sep()+q.Encode())
+}
+
+// sep joins a query to the endpoint's URL.
+func (c *LogClient) sep() string {
+	if strings.Contains(c.URL, "?") {
+		return "&"
+	}
+	return "?"
 }
 
 func (c *LogClient) get(ctx context.Context, u string) (io.ReadCloser, error) {
@@ -111,7 +127,9 @@ func (c *LogClient) get(ctx context.Context, u string) (io.ReadCloser, error) {
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("get %s: %s: %s", u, resp.Status, strings.TrimSpace(string(msg)))
+		// The reason goes to the manifest's logWarnings: the endpoint's
+		// answer, not the URL the warning's pod and container already say.
+		return nil, fmt.Errorf("logs endpoint: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	}
 	return resp.Body, nil
 }

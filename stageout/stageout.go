@@ -205,7 +205,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			Skipped: e.prog.Skipped.Load(), TotalBytes: e.prog.BytesTotal.Load(), Unsaved: int64(len(e.unsavedFiles))}}, nil
 	}
 	// The files are stored; the pod's logs, then the manifest.
-	logs, err := e.archiveLogs(ctx)
+	logs, logWarnings, err := e.archiveLogs(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -213,6 +213,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	m := &stagecontract.Manifest{
 		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
 		Identity: identity(o.Env), Start: start.UTC(), TotalBytes: e.totalBytes, Unsaved: e.unsavedFiles, Logs: logs,
+		LogWarnings: logWarnings,
 	}
 	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
 	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
@@ -223,6 +224,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	res := Result{TransferResult: storage.TransferResult{
 		Bytes: e.prog.Moved.Load(), Objects: e.prog.Objects.Load(), Skipped: e.prog.Skipped.Load(),
 		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(e.manifestKey), Unsaved: int64(len(m.Unsaved)),
+		Logs: int64(len(logs)), LogWarnings: summaryLogWarnings(logWarnings),
 	}, Manifest: m}
 	e.prog.Log(o.Log, "report final progress")
 	return res, nil

@@ -71,8 +71,8 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 	for i, c := range s.DeferContainers {
 		p := fld.Child("deferContainers").Index(i)
 		switch {
-		case c.Name == StageOutStepName:
-			errs = append(errs, field.Invalid(p.Child("name"), c.Name, fmt.Sprintf("%q is the built-in step's name: rename the container", StageOutStepName)))
+		case c.Name == StageOutStepName || c.Name == StageLogsName:
+			errs = append(errs, field.Invalid(p.Child("name"), c.Name, fmt.Sprintf("%q is a built-in container's name: rename the container", c.Name)))
 		case names[c.Name]:
 			errs = append(errs, field.Duplicate(p.Child("name"), c.Name))
 		default:

@@ -17,7 +17,7 @@ func init() {
 	var follow, archived bool
 	cmd := objectCommand(&cobra.Command{
 		Use:   "logs deferrun/NAME",
-		Short: "Print the logs of a defer run's steps, in order; --archived: the ended pod's logs from the bucket",
+		Short: "Print the logs of a defer run's steps, in order; --archived: the ended pod's and the steps' logs from the bucket",
 	}, "deferrun", []string{"deferrun", "pod"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
 		c, ns, name := t.c, t.ns, t.name
 		run := &v1.DeferRun{}
@@ -34,7 +34,7 @@ func init() {
 		if err := c.Get(ctx, clientKey(ns, v1.DeferPodName(run)), pod); err != nil {
 			if apierrors.IsNotFound(err) && run.Status.ManifestURL != "" {
 				// The pods are gone: what the bucket kept.
-				fmt.Fprintf(cmd.ErrOrStderr(), "defer pod of %s is gone: the ended pod's logs archived in the bucket\n", name)
+				fmt.Fprintf(cmd.ErrOrStderr(), "defer pod of %s is gone: the logs archived in the bucket\n", name)
 				aerr := archivedLogs(ctx, cmd.OutOrStdout(), run, step)
 				if aerr == nil {
 					return nil
@@ -49,7 +49,9 @@ func init() {
 		}
 		var steps []string
 		for _, ctr := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-			if step == "" || step == ctr.Name {
+			// The stage-logs sidecar runs until the last step ends: only
+			// when asked for, so --follow reaches the steps after it.
+			if (step == "" && ctr.Name != v1.StageLogsName) || step == ctr.Name {
 				steps = append(steps, ctr.Name)
 			}
 		}
@@ -68,7 +70,7 @@ func init() {
 	})
 	cmd.Flags().StringVarP(&step, "step", "c", "", "only this step (stage-out or a defer container's name)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log")
-	cmd.Flags().BoolVar(&archived, "archived", false, "print the ended pod's container logs the stage-out archived in the bucket (stageOut.logs), read with your own store credentials; -c picks a container")
+	cmd.Flags().BoolVar(&archived, "archived", false, "print the logs archived in the bucket (stageOut.logs: the ended pod's containers', the stage step's and the defer containers'), read with your own store credentials; -c picks a container")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -37,11 +41,27 @@ func archivedLogs(ctx context.Context, w io.Writer, run *v1.DeferRun, container 
 	if err != nil {
 		return fmt.Errorf("run %s: %w", run.Name, err)
 	}
-	if len(m.Logs) == 0 {
+	// The ended pod's logs and the stage-out step's, listed in the
+	// manifest; the defer containers', listed after it by the stage-logs
+	// sidecar (absent without defer containers).
+	logs, warnings := m.Logs, m.LogWarnings
+	steps, err := readStepLogs(ctx, be, loc.Prefix+stagecontract.StepLogsKey(v1.DeferPodName(run)))
+	if err != nil {
+		return fmt.Errorf("run %s: %w", run.Name, err)
+	}
+	if steps != nil {
+		logs, warnings = append(slices.Clone(logs), steps.Logs...), append(slices.Clone(warnings), steps.LogWarnings...)
+	}
+	for _, lw := range warnings {
+		if container == "" || lw.Container == container {
+			fmt.Fprintf(w, "==> %s/%s: not archived: %s <==\n", lw.Pod, lw.Container, lw.Reason)
+		}
+	}
+	if len(logs) == 0 {
 		return fmt.Errorf("run %s's manifest lists no logs (stageOut.logs.enabled false, or the logs endpoint was unreachable: see the stage-out step's warnings)", run.Name)
 	}
 	shown := 0
-	for _, l := range m.Logs {
+	for _, l := range logs {
 		rest, ok := strings.CutPrefix(l.Key, stagecontract.LogsDir)
 		if !ok || strings.Contains(rest, "..") {
 			continue // not a log kdefer-stage stores
@@ -60,6 +80,24 @@ func archivedLogs(ctx context.Context, w io.Writer, run *v1.DeferRun, container 
 		return fmt.Errorf("run %s archived no log of container %q", run.Name, container)
 	}
 	return nil
+}
+
+// readStepLogs reads the stage-logs sidecar's list at key, nil when there
+// is none.
+func readStepLogs(ctx context.Context, be storage.Backend, key string) (*stagecontract.StepLogs, error) {
+	var buf bytes.Buffer
+	err := copyObject(ctx, &buf, be, key)
+	if errors.Is(err, storage.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	var l stagecontract.StepLogs
+	if err := json.Unmarshal(buf.Bytes(), &l); err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return &l, nil
 }
 
 func copyObject(ctx context.Context, w io.Writer, be storage.Backend, key string) error {
