@@ -42,6 +42,8 @@ type DeferPodOptions struct {
 	// deadline bounds how long a defer pod holds its node: its disruption
 	// budget and the eviction guard make `kubectl drain` wait that long.
 	MaxDeadline time.Duration
+	// Logs is the endpoint stage-out steps fetch the ended pod's logs from.
+	Logs LogsEndpoint
 }
 
 // EffectiveDeadline is the deadline a run gets: the policy's (default
@@ -137,6 +139,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		if _, m := render.S3CABundle(pol); m != nil {
 			c.VolumeMounts = append(c.VolumeMounts, *m)
 		}
+		withLogs(&c, so, opts.Logs, v1.DeferPodName(run))
 		if pol.Credentials != nil && pol.Credentials.Name != "" {
 			// Credentials only in the step that needs them.
 			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
@@ -202,6 +205,15 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	if v, _ := render.S3CABundle(pol); v != nil && pol.StageOut != nil && pol.StageOut.URL != "" {
 		volumes = append(volumes, *v)
 	}
+	logsToken := mountsVolume(&steps[0].Container, map[string]bool{logsTokenVolume: true})
+	if logsToken {
+		volumes = append(volumes, logsVolume())
+		if len(inits) > 0 {
+			// Defer containers follow the stage-out step: their logs
+			// are archived by a sidecar when the pod ends.
+			inits = slices.Insert(inits, 1, logsSidecar(&steps[0].Container))
+		}
+	}
 	for _, rv := range run.Spec.Volumes {
 		volumes = append(volumes, corev1.Volume{Name: rv.Name, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: rv.ClaimName}}})
@@ -251,6 +263,13 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	}
 	if a := attemptOf(&run.Status); a != "" {
 		pod.Annotations[v1.AnnotationAttempt] = a
+	}
+	if logsToken {
+		// The token names the pod's service account: say which, as the
+		// ServiceAccount admission plugin would (LogServer checks it).
+		if pod.Spec.ServiceAccountName == "" {
+			pod.Spec.ServiceAccountName = "default"
+		}
 	}
 	admissible(pod, pol, opts)
 	return pod

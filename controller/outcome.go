@@ -44,6 +44,9 @@ func Observe(pod *corev1.Pod, retryLimit int32) Outcome {
 		statuses[s.Name] = s
 	}
 	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			continue // the stage-logs sidecar: no step, and the phase waits for it
+		}
 		s, ok := statuses[c.Name]
 		step := v1.StepStatus{Name: c.Name}
 		if !ok {

@@ -13,7 +13,10 @@
 //     controller maps to "retry" or "fail the run now";
 //   - the layout of a stage-out prefix (ReservedDir, ManifestKey) and the
 //     manifest schema (Manifest, ManifestFile, ManifestVersion);
-//   - the StageSummary the step writes to its termination message.
+//   - the StageSummary the step writes to its termination message;
+//   - the logs endpoint the stage-out step fetches the ended pod's logs
+//     from (EnvLogsURL ..., LogsAudience, LogsPath, LogsIndex) and where it
+//     stores them (LogsDir, LogKey, Manifest.Logs).
 //
 // It must not import Kubernetes packages or any other kdefer package, and
 // holds no behaviour beyond encoding: validating a manifest against key

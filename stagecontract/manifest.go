@@ -38,6 +38,15 @@ type Manifest struct {
 	// Unsaved lists the files under the root that were not stored, each with
 	// the reason. Empty means the manifest covers every file the filters chose.
 	Unsaved []UnsavedFile `json:"unsaved,omitempty"`
+	// Logs lists the archived container logs, under LogsDir, of the pod
+	// that ended (stage-out with logs on; see logs.go).
+	Logs []ManifestFile `json:"logs,omitempty"`
+	// LogWarnings lists the logs the stage-out step could not archive,
+	// each with the reason (the kubelet had already removed an evicted
+	// pod's containers, the endpoint was unreachable, ...): a log that is
+	// neither in Logs nor here was never asked for. They do not make the
+	// run incomplete: the logs are a record of the pod, not its outputs.
+	LogWarnings []LogWarning `json:"logWarnings,omitempty"`
 }
 
 // UnsavedFile is a file a stage-out chose but could not store.

@@ -18,6 +18,13 @@ type StageSummary struct {
 	// writes its manifest: every good byte is saved, and the controller marks
 	// the run Incomplete and keeps the volume instead of releasing it.
 	Unsaved int64 `json:"unsaved,omitempty"`
+	// Logs counts the logs a stage-out archived (the manifest's logs).
+	Logs int64 `json:"logs,omitempty"`
+	// LogWarnings are the logs a stage-out could not archive, with their
+	// reasons (at most MaxSummaryLogWarnings, each reason cut to
+	// MaxLogWarningReason bytes: the summary is a termination message the
+	// kubelet cuts at 4096 bytes); the manifest lists every one.
+	LogWarnings []LogWarning `json:"logWarnings,omitempty"`
 	// TotalBytes of every file the run covers, transferred or skipped.
 	TotalBytes int64 `json:"totalBytes"`
 	// DurationSeconds of the run.
@@ -30,3 +37,9 @@ type StageSummary struct {
 	// Error is the failure message (never holds credentials).
 	Error string `json:"error,omitempty"`
 }
+
+// The bounds of a summary's log warnings.
+const (
+	MaxSummaryLogWarnings = 4
+	MaxLogWarningReason   = 200
+)

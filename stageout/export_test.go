@@ -7,3 +7,6 @@ func SetMaxHoles(n int64) func() {
 	maxHoles = n
 	return func() { maxHoles = old }
 }
+
+// SummaryLogWarnings is summaryLogWarnings.
+var SummaryLogWarnings = summaryLogWarnings

@@ -66,6 +66,10 @@ type Options struct {
 	// Checksums are the checksums the manifest records besides CRC32C
 	// (storage.ParseChecksums), computed in the pass that uploads each file.
 	Checksums storage.Checksums
+
+	// Logs, when its Source is set, are archived under the prefix's
+	// stagecontract.LogsDir after the files and listed in the manifest.
+	Logs Logs
 	// Version is recorded in the manifest as "kdefer-stage <Version>".
 	Version string
 	// TransferOptions are shared with stage-in; Backend, when set, is
@@ -200,10 +204,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{TransferResult: storage.TransferResult{Bytes: e.prog.Moved.Load(), Objects: e.prog.Objects.Load(),
 			Skipped: e.prog.Skipped.Load(), TotalBytes: e.prog.BytesTotal.Load(), Unsaved: int64(len(e.unsavedFiles))}}, nil
 	}
+	// The files are stored; the pod's logs, then the manifest.
+	logs, logWarnings, err := e.archiveLogs(ctx)
+	if err != nil {
+		return Result{}, err
+	}
 	// Every object is stored: now, and only now, the manifest.
 	m := &stagecontract.Manifest{
 		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
-		Identity: identity(o.Env), Start: start.UTC(), TotalBytes: e.totalBytes, Unsaved: e.unsavedFiles,
+		Identity: identity(o.Env), Start: start.UTC(), TotalBytes: e.totalBytes, Unsaved: e.unsavedFiles, Logs: logs,
+		LogWarnings: logWarnings,
 	}
 	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
 	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
@@ -214,6 +224,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	res := Result{TransferResult: storage.TransferResult{
 		Bytes: e.prog.Moved.Load(), Objects: e.prog.Objects.Load(), Skipped: e.prog.Skipped.Load(),
 		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(e.manifestKey), Unsaved: int64(len(m.Unsaved)),
+		Logs: int64(len(logs)), LogWarnings: summaryLogWarnings(logWarnings),
 	}, Manifest: m}
 	e.prog.Log(o.Log, "report final progress")
 	return res, nil

@@ -6,6 +6,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"k8s.io/utils/clock"
+
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // TransferOptions are the settings stage-in and stage-out share: how many
@@ -88,4 +90,8 @@ type TransferResult struct {
 	// Unsaved counts the files a stage-out chose but could not store; the
 	// manifest lists each with its reason (stagecontract.StageSummary.Unsaved).
 	Unsaved int64
+	// Logs counts the logs a stage-out archived; LogWarnings are those it
+	// could not, with their reasons (stagecontract.StageSummary).
+	Logs        int64
+	LogWarnings []stagecontract.LogWarning
 }

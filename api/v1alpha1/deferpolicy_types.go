@@ -188,6 +188,12 @@ type StageOut struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=3
 	Checksums []ManifestChecksum `json:"checksums,omitempty"`
+
+	// logs archives the ended pod's container logs under the prefix's
+	// _kdefer/logs/ before the manifest is written, and lists them in it
+	// (on by default; see StageOutLogs).
+	// +optional
+	Logs *StageOutLogs `json:"logs,omitempty"`
 }
 
 // ManifestChecksum is a checksum a stage-out manifest records on request.

@@ -32,6 +32,9 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 		}
 		errs = append(errs, validateGlobs(so.Include, p.Child("include"))...)
 		errs = append(errs, validateGlobs(so.Exclude, p.Child("exclude"))...)
+		if l := so.Logs; l != nil && l.MaxBytes != nil && (l.MaxBytes.Sign() <= 0 || l.MaxBytes.Cmp(maxLogsMaxBytes) > 0) {
+			errs = append(errs, field.Invalid(p.Child("logs", "maxBytes"), l.MaxBytes.String(), "must be more than 0 and at most "+maxLogsMaxBytes.String()))
+		}
 	}
 	for i, in := range s.StageIn {
 		p := fld.Child("stageIn").Index(i)
@@ -68,8 +71,8 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 	for i, c := range s.DeferContainers {
 		p := fld.Child("deferContainers").Index(i)
 		switch {
-		case c.Name == StageOutStepName:
-			errs = append(errs, field.Invalid(p.Child("name"), c.Name, fmt.Sprintf("%q is the built-in step's name: rename the container", StageOutStepName)))
+		case c.Name == StageOutStepName || c.Name == StageLogsName:
+			errs = append(errs, field.Invalid(p.Child("name"), c.Name, fmt.Sprintf("%q is a built-in container's name: rename the container", c.Name)))
 		case names[c.Name]:
 			errs = append(errs, field.Duplicate(p.Child("name"), c.Name))
 		default:

@@ -23,6 +23,7 @@ import (
 	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
 	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/internal/version"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 func main() {
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	mo.Webhook.AddFlags(fs)
+	fs.StringVar(&mo.LogsURL, "logs-url", "", "URL defer pods fetch an ended pod's logs from (default https://WEBHOOK-SERVICE.NAMESPACE.svc"+stagecontract.LogsPath+")")
+	fs.StringVar(&mo.LogsBindAddress, "logs-bind-address", "", "host:port of a listener of its own for the logs endpoint, with the webhook's certificate (default: served on the webhook server)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0

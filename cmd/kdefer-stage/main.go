@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -43,12 +44,16 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
+// stepLogsTimeout bounds the stage-logs sidecar's archive, within the
+// defer pod's 30 s termination grace period.
+const stepLogsTimeout = 25 * time.Second
+
 // run executes the command line args and returns the exit code.
 func run(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
-	o := &options{stderr: stderr, code: stagecontract.ExitOK}
+	o := &options{stderr: stderr, code: stagecontract.ExitOK, self: stageout.SelfLogFromEnv(os.LookupEnv)}
 	root := &cobra.Command{
 		Use:           "kdefer-stage",
 		Short:         "Move files between a directory and object storage (file://, s3://, gs://, azblob://, mem://)",
@@ -82,6 +87,12 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 					Fix: "list some of " + strings.Join(stagecontract.ManifestChecksums, ",")}
 			}
 			out.Checksums = set
+			logs, err := stageout.LogClientFromEnv(os.LookupEnv, false)
+			if err != nil {
+				return storage.TransferResult{}, storage.Usagef("archive logs: %w", err)
+			}
+			out.Logs = logs
+			out.Logs.Self = o.self
 			r, err := stageout.Run(ctx, out)
 			return r.TransferResult, err
 		},
@@ -117,7 +128,45 @@ DIR are refused before anything is written.`,
 	_ = inCmd.MarkFlagRequired("from")
 	_ = inCmd.MarkFlagRequired("to")
 
-	root.AddCommand(outCmd, inCmd)
+	// logs runs as the defer pod's stage-logs sidecar: the kubelet stops it
+	// (SIGTERM) once the last defer container has ended, and it then has
+	// the pod's grace period to archive their logs, so the transfer runs
+	// on a context SIGTERM does not cancel, bounded by stepLogsTimeout.
+	var stepLogs stageout.StepLogsOptions
+	logsCmd := o.command(context.WithoutCancel(ctx), step{
+		cmd: &cobra.Command{
+			Use:   "logs --to URL",
+			Short: "Wait for SIGTERM, then archive the defer pod's defer containers' logs under URL/" + stagecontract.LogsDir,
+			Long: `Run as a defer pod's stage-logs sidecar: wait until the kubelet stops it
+(SIGTERM, once the last defer container has ended), then fetch the defer
+containers' logs, every attempt, from kdefer-controller's logs endpoint
+(KDEFER_LOGS_URL, KDEFER_LOGS_CA, the projected token) and store them under
+URL/` + stagecontract.LogsDir + `POD/, listed in URL/` + stagecontract.StepLogsKey("POD") + `.
+The manifest is never rewritten. URL placeholders are expanded as for out.`,
+		},
+		op: "logs", urlFlag: "--to", url: &stepLogs.To, transfer: &stepLogs.TransferOptions,
+		run: func(actx context.Context) (storage.TransferResult, error) {
+			<-ctx.Done()
+			actx, cancel := context.WithTimeout(actx, stepLogsTimeout)
+			defer cancel()
+			logs, err := stageout.LogClientFromEnv(os.LookupEnv, true)
+			if err != nil {
+				return storage.TransferResult{}, storage.Usagef("archive the steps' logs: %w", err)
+			}
+			if logs.Source == nil {
+				return storage.TransferResult{}, storage.Usagef("archive the steps' logs: %s is not set", stagecontract.EnvLogsURL)
+			}
+			stepLogs.Logs = logs
+			if o.self != nil {
+				stepLogs.Logs.Pod, stepLogs.Logs.Self = o.self.Pod, o.self
+			}
+			return stageout.ArchiveStepLogs(actx, stepLogs)
+		},
+	})
+	logsCmd.Flags().StringVar(&stepLogs.To, "to", "", "the stage-out's destination URL prefix (required)")
+	_ = logsCmd.MarkFlagRequired("to")
+
+	root.AddCommand(outCmd, inCmd, logsCmd)
 	root.SetArgs(args)
 	root.SetOut(os.Stdout)
 	root.SetErr(stderr)

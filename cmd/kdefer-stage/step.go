@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/kdefer/kdefer/stagecontract"
+	"github.com/kdefer/kdefer/stageout"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -41,6 +42,9 @@ type options struct {
 
 	stderr io.Writer
 	code   int
+	// self, when set, keeps the step's own log for stage-out to archive
+	// (stagecontract.EnvLogsSelf).
+	self *stageout.SelfLog
 }
 
 // addFlags adds the shared flags to root, for every subcommand.
@@ -183,6 +187,9 @@ func (o *options) logger() (zerolog.Logger, time.Duration, bool) {
 	if console {
 		w = zerolog.ConsoleWriter{Out: o.stderr, TimeFormat: "15:04:05", NoColor: !tty}
 	}
+	if o.self != nil {
+		w = io.MultiWriter(w, o.self.Tail)
+	}
 	interval := o.progressInterval
 	if interval == 0 {
 		interval = 10 * time.Second
@@ -197,7 +204,7 @@ func (o *options) logger() (zerolog.Logger, time.Duration, bool) {
 func (o *options) finish(log zerolog.Logger, op string, start time.Time, r storage.TransferResult, err error) int {
 	s := stagecontract.StageSummary{Op: op, DurationSeconds: float64(time.Since(start).Milliseconds()) / 1000,
 		Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL,
-		Unsaved: r.Unsaved}
+		Unsaved: r.Unsaved, Logs: r.Logs, LogWarnings: r.LogWarnings}
 	code := stagecontract.ExitOK
 	if err != nil {
 		class := storage.ClassOf(err)
@@ -210,11 +217,11 @@ func (o *options) finish(log zerolog.Logger, op string, start time.Time, r stora
 			msg = msg[:maxErrorLen] + "..."
 		}
 		s.ErrorClass, s.Error = class.String(), msg
-		s.ManifestURL = ""
+		s.ManifestURL, s.Logs, s.LogWarnings = "", 0, nil
 		log.Error().Str("error", msg).Str("errorClass", s.ErrorClass).Int("exitCode", code).Msg("fail stage-" + op)
 	} else {
 		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).Int64("unsaved", s.Unsaved).
-			Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Bool("dryRun", o.dryRun).Msg("complete stage-" + op)
+			Int64("logs", s.Logs).Int("logWarnings", len(s.LogWarnings)).Float64("durationSeconds", s.DurationSeconds).Str("manifest", s.ManifestURL).Bool("dryRun", o.dryRun).Msg("complete stage-" + op)
 	}
 	o.writeSummary(log, s)
 	return code

@@ -232,8 +232,10 @@ func (r *Rotator) writeFiles(data map[string][]byte) error {
 	if err := os.MkdirAll(r.opts.CertDir, 0o700); err != nil {
 		return err
 	}
-	// Key first: the server reloads when the certificate changes.
-	for _, k := range []string{PrivKeyKey, CertKey} {
+	// Key first: the server reloads when the certificate changes. The CA
+	// bundle is for clients that are not the apiserver (defer pods fetching
+	// logs, controller.LogsEndpoint).
+	for _, k := range []string{PrivKeyKey, CertKey, CACertKey} {
 		p := filepath.Join(r.opts.CertDir, k)
 		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data[k]) {
 			continue

@@ -92,6 +92,22 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Certs.AddFlags(fs)
 }
 
+// Endpoint is how pods reach the webhook server: the webhook Service's
+// in-cluster host (port 443), and the file of the CA that signs the
+// server's certificate (ca.crt in the certificate directory, written by
+// package certs or, with cert-manager, from its Secret).
+func (o Options) Endpoint() (host, caFile string) {
+	o = o.withDefaults()
+	c := o.Certs
+	if c.ServiceName == "" {
+		c.ServiceName = "kdefer-webhook"
+	}
+	if c.Namespace == "" {
+		c.Namespace = "kdefer-system"
+	}
+	return c.ServiceName + "." + c.Namespace + ".svc", filepath.Join(o.CertDir, certs.CACertKey)
+}
+
 func (o Options) withDefaults() Options {
 	if o.Port == 0 {
 		o.Port = 9443

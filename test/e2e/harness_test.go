@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -731,7 +732,7 @@ func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger,
 		}
 	}
 	for k := range objs {
-		if !want[k] {
+		if !want[k] && !strings.HasPrefix(k, stagecontract.LogsDir) { // logs: checkManifest
 			unexpected = append(unexpected, k)
 		}
 	}
@@ -771,7 +772,9 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 			delete(have, k)
 		}
 		for k := range have {
-			s.t.Errorf("s3://%s/%s%s unexpected", bucket, prefix, k)
+			if !strings.HasPrefix(k, stagecontract.LogsDir) { // checked below
+				s.t.Errorf("s3://%s/%s%s unexpected", bucket, prefix, k)
+			}
 		}
 	}
 	mo, ok := objs[stagecontract.ManifestKey]
@@ -789,6 +792,48 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 	for _, f := range m.Files {
 		listed[f.Key] = f.Size
 	}
+	// The ended pod's logs (stageOut.logs, on by default): listed apart
+	// from the outputs, under _kdefer/logs/POD/; each log the step could
+	// not archive is a warning naming the container and why (a
+	// kubelet-evicted pod's containers, and their logs, are usually
+	// removed before its defer pod asks). A pod with neither is a bug.
+	if len(m.Logs) == 0 && len(m.LogWarnings) == 0 {
+		s.t.Errorf("manifest lists no logs of pod %s and no warning saying why", m.Identity["pod"])
+	}
+	for _, w := range m.LogWarnings {
+		if w.Pod != m.Identity["pod"] || w.Reason == "" {
+			s.t.Errorf("manifest log warning %+v: want pod %s and a reason", w, m.Identity["pod"])
+		}
+		s.logf("log of %s container %q not archived: %s", w.Pod, w.Container, w.Reason)
+	}
+	// The ended pod's under _kdefer/logs/POD/, the stage step's own under
+	// _kdefer/logs/POD-defer/.
+	deferPod := m.Identity["pod"] + "-defer"
+	selfLog := stagecontract.LogKey(deferPod, stagecontract.LogRef{Container: v1.StageOutStepName})
+	for _, l := range m.Logs {
+		if !strings.HasPrefix(l.Key, stagecontract.LogsDir+m.Identity["pod"]+"/") && l.Key != selfLog {
+			s.t.Errorf("manifest lists log %s, not under %s%s/ nor the stage step's %s", l.Key, stagecontract.LogsDir, m.Identity["pod"], selfLog)
+		}
+		listed[l.Key] = l.Size
+	}
+	if _, ok := listed[selfLog]; !ok {
+		s.t.Errorf("manifest does not list the stage step's own log %s", selfLog)
+	}
+	// With defer containers, the stage-logs sidecar archives theirs after
+	// the manifest and lists them last, in the steps' list.
+	afterManifest := map[string]bool{}
+	if sl := s.stepLogs(objs, deferPod); sl != nil {
+		lo := objs[stagecontract.StepLogsKey(deferPod)]
+		afterManifest[stagecontract.StepLogsKey(deferPod)] = true
+		listed[stagecontract.StepLogsKey(deferPod)] = int64(len(lo.data))
+		for _, l := range sl.Logs {
+			afterManifest[l.Key] = true
+			listed[l.Key] = l.Size
+			if o, ok := objs[l.Key]; ok && o.info.LastModified.After(lo.info.LastModified) {
+				s.t.Errorf("%s written after the steps' list that names it", l.Key)
+			}
+		}
+	}
 	for k, o := range objs {
 		if k == stagecontract.ManifestKey {
 			continue
@@ -796,14 +841,53 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 		if size, ok := listed[k]; !ok || size != int64(len(o.data)) {
 			s.t.Errorf("manifest lists %s with size %d (listed %v), object has %d", k, size, ok, len(o.data))
 		}
-		if o.info.LastModified.After(mo.info.LastModified) {
+		if !afterManifest[k] && o.info.LastModified.After(mo.info.LastModified) {
 			s.t.Errorf("%s (modified %s) written after the manifest (%s)", k, o.info.LastModified.Format(time.StampMilli), mo.info.LastModified.Format(time.StampMilli))
 		}
 	}
 	if len(listed) != len(objs)-1 {
-		s.t.Errorf("manifest lists %d files, the prefix holds %d objects besides it", len(listed), len(objs)-1)
+		s.t.Errorf("manifest lists %d files and logs, the prefix holds %d objects besides it", len(listed), len(objs)-1)
 	}
-	s.logf("s3://%s/%s: %d objects, every byte and checksum right, manifest last", bucket, prefix, len(objs))
+	s.logf("s3://%s/%s: %d objects (%d logs, %d log warnings), every byte and checksum right, manifest last", bucket, prefix, len(objs), len(m.Logs), len(m.LogWarnings))
+}
+
+// stepLogs is the stage-logs sidecar's list of deferPod's defer
+// containers' logs among objs, nil when there is none.
+func (s *scenario) stepLogs(objs map[string]object, deferPod string) *stagecontract.StepLogs {
+	s.t.Helper()
+	o, ok := objs[stagecontract.StepLogsKey(deferPod)]
+	if !ok {
+		return nil
+	}
+	var l stagecontract.StepLogs
+	if err := json.Unmarshal(o.data, &l); err != nil {
+		s.t.Fatalf("%s: %v", stagecontract.StepLogsKey(deferPod), err)
+	}
+	return &l
+}
+
+// logOrWarning checks that the manifest among objs archived the log of
+// pod's container, or names it in a warning with the reason; it returns
+// the warning's reason ("" when the log is there).
+func (s *scenario) logOrWarning(objs map[string]object, pod, container string) string {
+	s.t.Helper()
+	m, err := storage.ParseManifest(objs[stagecontract.ManifestKey].data)
+	if err != nil {
+		s.t.Fatalf("manifest: %v", err)
+	}
+	key := stagecontract.LogKey(pod, stagecontract.LogRef{Container: container})
+	for _, l := range m.Logs {
+		if l.Key == key {
+			return ""
+		}
+	}
+	for _, w := range m.LogWarnings {
+		if w.Pod == pod && w.Container == container && !w.Previous && w.Reason != "" {
+			return w.Reason
+		}
+	}
+	s.t.Errorf("manifest neither lists %s nor warns why it is missing (logs %+v, warnings %+v)", key, m.Logs, m.LogWarnings)
+	return ""
 }
 
 func sortStrings(s []string) { sort.Strings(s) }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
@@ -20,6 +21,7 @@ import (
 // TestStepRetried: a defer step that fails twice, then succeeds, is retried
 // alone (the kubelet restarts only that container of the defer pod): the
 // stage-out before it and the step after it run once, and the run succeeds.
+// The steps' logs, the failed attempt's too, are in the bucket.
 func TestStepRetried(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "retry")
@@ -53,7 +55,27 @@ echo "attempt $n"
 			t.Errorf("step %s: %d attempts, exit %v; want %d attempts, exit 0 (steps %s)", st.Name, st.Attempts, st.ExitCode, want[st.Name], steps(run))
 		}
 	}
-	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	objs := s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	// The defer containers' logs, each attempt the kubelet keeps (the last
+	// and the one before), archived by the stage-logs sidecar as the pod
+	// ended, after the manifest, and listed in the steps' list.
+	dp := v1.DeferPodName(run)
+	sl := s.stepLogs(objs, dp)
+	if sl == nil {
+		t.Fatalf("no %s: the defer containers' logs were not archived", stagecontract.StepLogsKey(dp))
+	}
+	for _, want := range []struct {
+		ref  stagecontract.LogRef
+		body string
+	}{{stagecontract.LogRef{Container: "flaky"}, "attempt 3\n"}, {stagecontract.LogRef{Container: "flaky", Previous: true}, "attempt 2\n"}, {stagecontract.LogRef{Container: "after"}, ""}} {
+		key := stagecontract.LogKey(dp, want.ref)
+		if o, ok := objs[key]; !ok || string(o.data) != want.body {
+			t.Errorf("%s: %q (stored %v), want %q; steps' list %+v", key, o.data, ok, want.body, sl)
+		}
+	}
+	if len(sl.LogWarnings) > 0 {
+		t.Errorf("the sidecar could not archive %+v", sl.LogWarnings)
+	}
 	s.volumeReleased(run)
 	s.cleanUp("sim")
 }
@@ -108,6 +130,12 @@ func TestTriggerRules(t *testing.T) {
 	objs = s.checkOutputs("evicted", ep, evicted, v1.TriggerEvicted, logFile)
 	if got, want := string(objs[logFile].data), "log of "+ep+"\n"; got != want {
 		t.Errorf("evicted %s: %q, want %q", logFile, got, want)
+	}
+	// The kubelet removes an evicted pod's containers, and their logs, as
+	// they stop: the container's log is archived if the stage step won
+	// that race, else the manifest says the kubelet removed it.
+	if why := s.logOrWarning(objs, ep, "main"); why != "" && !strings.Contains(why, "evicted by the kubelet") {
+		t.Errorf("evicted pod's main log missing for another reason than its eviction: %s", why)
 	}
 	s.volumeReleased(fr)
 	s.volumeReleased(er)

@@ -34,6 +34,12 @@ func TestPodSecurityRestricted(t *testing.T) {
 	opts := controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test"}
 	creds := corev1.LocalObjectReference{Name: "s3-creds"}
 	withCreds := func(p *v1.DeferPolicySpec) { p.Credentials = &creds }
+	logsOpts := opts
+	logsOpts.Logs = controller.LogsEndpoint{URL: "https://kdefer-webhook.kdefer-system.svc/kdefer/v1/logs", CA: func() []byte { return []byte("CA") }}
+	// The logs token names the pod's service account, which must exist.
+	if err := env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}}); err != nil {
+		t.Fatal(err)
+	}
 
 	// First a weakened defer pod (root, SYS_ADMIN): refused (which also waits until the
 	// namespace's labels are enforced).
@@ -70,6 +76,11 @@ func TestPodSecurityRestricted(t *testing.T) {
 		"defer pod, a defer container adding NET_BIND_SERVICE": controller.BuildDeferPod(kt.MakeRun("bind", ns.Name).Trigger(v1.TriggerFailed, 2).Policy(func(p *v1.DeferPolicySpec) {
 			p.DeferContainers = []corev1.Container{{Name: "serve", Image: "x", SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}}}
 		}).Obj(), opts),
+		// With logs on: the stage step's token and the stage-logs sidecar.
+		"defer pod with logs and defer containers (stage-logs sidecar)": controller.BuildDeferPod(kt.MakeRun("logs", ns.Name).Trigger(v1.TriggerFailed, 2).Policy(func(p *v1.DeferPolicySpec) {
+			withCreds(p)
+			p.DeferContainers = []corev1.Container{{Name: "notify", Image: "x"}, {Name: "last", Image: "x"}}
+		}).Obj(), logsOpts),
 		"pre-pull pod": controller.BuildPrePullPod(kt.MakeRun("pull", ns.Name).Obj(), "n1", opts.StageImage, ""),
 	}
 	// A restricted Job, rendered with stage-in: its pod is admitted too.

@@ -11,9 +11,16 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,10 +29,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kdefer/kdefer/api/scheme"
 	"github.com/kdefer/kdefer/controller"
 	"github.com/kdefer/kdefer/controller/webhook"
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 // ManagerOptions configure the manager that runs kdefer's controllers and
@@ -48,6 +57,14 @@ type ManagerOptions struct {
 	// Webhook configures the admission webhooks served by the same manager
 	// (Disabled in the envtest suites of the controllers).
 	Webhook webhook.Options
+	// LogsURL is the URL defer pods fetch an ended pod's logs from
+	// (default: the webhook Service's, path stagecontract.LogsPath).
+	LogsURL string
+	// LogsBindAddress, when set (host:port), serves the logs endpoint on
+	// a listener of its own with the webhook's certificate instead of on
+	// the webhook server: for a manager whose webhook server pods cannot
+	// reach (the local cluster's, on the host's loopback).
+	LogsBindAddress string
 }
 
 // LeaderElectionID is the Lease kdefer's replicas elect a leader with.
@@ -148,8 +165,61 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 	if !mo.Webhook.Disabled {
 		(&webhook.PVCArmer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).Register(mgr.GetWebhookServer())
 	}
+	if !mo.Webhook.Disabled {
+		if mo.DeferPod.Logs, err = setupLogs(cfg, mgr, mo); err != nil {
+			return nil, err
+		}
+	}
 	if err := controller.SetupWithManager(ctx, mgr, mo.Options); err != nil {
 		return nil, fmt.Errorf("setting up the controllers: %w", err)
 	}
 	return mgr, nil
+}
+
+// setupLogs serves the logs endpoint (on the webhook server, or on
+// mo.LogsBindAddress) and returns where defer pods reach it.
+func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controller.LogsEndpoint, error) {
+	ls, err := newLogServer(cfg, mgr)
+	if err != nil {
+		return controller.LogsEndpoint{}, err
+	}
+	host, caFile := mo.Webhook.Endpoint()
+	srv := mgr.GetWebhookServer()
+	if mo.LogsBindAddress != "" {
+		h, p, err := net.SplitHostPort(mo.LogsBindAddress)
+		port, perr := strconv.Atoi(p)
+		if err != nil || perr != nil {
+			return controller.LogsEndpoint{}, fmt.Errorf("--logs-bind-address %q: want host:port", mo.LogsBindAddress)
+		}
+		srv = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: h, Port: port, CertDir: filepath.Dir(caFile)})
+		if err := mgr.Add(srv); err != nil {
+			return controller.LogsEndpoint{}, fmt.Errorf("add the logs server: %w", err)
+		}
+	}
+	srv.Register(stagecontract.LogsPath, ls)
+	url := mo.LogsURL
+	if url == "" {
+		url = "https://" + host + stagecontract.LogsPath
+	}
+	return controller.LogsEndpoint{URL: url, CA: func() []byte {
+		ca, err := os.ReadFile(caFile)
+		if err != nil {
+			ctrl.Log.WithName("logs").Error(err, "read the logs endpoint's CA: defer pods archive no logs")
+		}
+		return ca
+	}}, nil
+}
+
+// newLogServer is the logs endpoint: TokenReviews with the manager's
+// client, pods and runs read uncached, logs from a clientset (the
+// controller-runtime client cannot stream a subresource).
+func newLogServer(cfg *rest.Config, mgr ctrl.Manager) (*controller.LogServer, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("make the logs endpoint's clientset: %w", err)
+	}
+	return &controller.LogServer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: ctrl.Log.WithName("logs"),
+		Logs: func(ctx context.Context, ns, pod string, o *corev1.PodLogOptions) (io.ReadCloser, error) {
+			return cs.CoreV1().Pods(ns).GetLogs(pod, o).Stream(ctx)
+		}}, nil
 }

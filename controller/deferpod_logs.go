@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/render"
+	"github.com/kdefer/kdefer/stagecontract"
+)
+
+// LogsEndpoint is where stage-out steps fetch the ended pod's logs
+// (LogServer behind the webhook Service).
+type LogsEndpoint struct {
+	// URL of the endpoint ("": logs are never archived, whatever the
+	// policies say: the webhook server is off).
+	URL string
+	// CA returns the PEM bundle that signs the endpoint's certificate, read
+	// when a defer pod is built so a rotated CA reaches new pods; nil or
+	// empty: logs are not archived.
+	CA func() []byte
+}
+
+// logsTokenVolume holds the stage-out step's projected token.
+const logsTokenVolume = "kdefer-logs-token"
+
+// logsTokenSeconds is the token's lifetime, the least the apiserver
+// allows; the kubelet renews it at 80%.
+const logsTokenSeconds int64 = 600
+
+// withLogs gives the stage-out step c what it needs to archive the ended
+// pod's logs, when the policy wants them and the endpoint is known: the
+// endpoint, its CA and the cap in the environment, and a token bound to
+// the defer pod for stagecontract.LogsAudience, which the apiserver refuses
+// (its audience is not the apiserver's) and LogServer accepts for this
+// run's ended pod only. A step that mounts the token's volume needs
+// logsVolume in its pod. The step also archives its own log, as the
+// container c of deferPod.
+func withLogs(c *corev1.Container, so *v1.StageOut, ep LogsEndpoint, deferPod string) {
+	if !so.LogsEnabled() || ep.URL == "" || ep.CA == nil {
+		return
+	}
+	ca := ep.CA()
+	if len(ca) == 0 {
+		return
+	}
+	c.Env = append(c.Env,
+		corev1.EnvVar{Name: stagecontract.EnvLogsURL, Value: ep.URL},
+		corev1.EnvVar{Name: stagecontract.EnvLogsCA, Value: string(ca)},
+		corev1.EnvVar{Name: stagecontract.EnvLogsMaxBytes, Value: strconv.FormatInt(so.LogsMaxBytes(), 10)},
+		corev1.EnvVar{Name: stagecontract.EnvLogsSelf, Value: deferPod + "/" + c.Name})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: logsTokenVolume, MountPath: path.Dir(stagecontract.LogsTokenPath), ReadOnly: true})
+}
+
+// logsVolume is the projected token of the stage-out step (withLogs).
+func logsVolume() corev1.Volume {
+	return corev1.Volume{Name: logsTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: stagecontract.LogsAudience, ExpirationSeconds: ptr.To(logsTokenSeconds), Path: path.Base(stagecontract.LogsTokenPath),
+		}}},
+		// The default mode (0644): the stage step may run as the ended
+		// pod's user, not the pod's, and no other step mounts the volume.
+	}}}
+}
+
+// logsSidecar is the stage-logs container of a defer pod whose stage-out
+// step (stage) archives logs and is followed by defer containers: a native
+// sidecar (an init container that restarts Always), started after the
+// stage-out step, that the kubelet stops, with SIGTERM, only once the last
+// defer container has ended (the pod's phase waits for it). It then asks
+// the logs endpoint for the defer containers' logs, every attempt, stores
+// them under the prefix's _kdefer/logs/DEFERPOD/ and lists them in
+// stagecontract.StepLogsKey. It has what the stage-out step has for that
+// (the endpoint, the token, the store's credentials and CA), and no work
+// volume: the defer containers, the tenant's code, never mount the token.
+func logsSidecar(stage *corev1.Container) corev1.Container {
+	c := *stage.DeepCopy()
+	c.Name = v1.StageLogsName
+	to := ""
+	for i, a := range stage.Args {
+		if a == "--to" && i+1 < len(stage.Args) {
+			to = stage.Args[i+1]
+		}
+	}
+	c.Args = []string{"logs", "--to", to, "--log-format", "json"}
+	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	for i := range c.Env {
+		if e := &c.Env[i]; e.Name == stagecontract.EnvLogsSelf {
+			// Its own log too, and the defer pod it archives for.
+			pod, _, _ := strings.Cut(e.Value, "/")
+			e.Value = pod + "/" + c.Name
+		} else if e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+			e.ValueFrom.ResourceFieldRef.ContainerName = c.Name
+		}
+	}
+	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name != logsTokenVolume && m.Name != render.S3CABundleVolume
+	})
+	return c
+}
