@@ -19,7 +19,8 @@ procs_matching() {
 	local d p comm
 	for d in /proc/[0-9]*; do
 		p=${d#/proc/}
-		comm=$(cat "$d/comm" 2>/dev/null) || continue
+		# read, not cat: one fork per process makes a scan take seconds on a loaded machine
+		read -r comm 2>/dev/null <"$d/comm" || continue
 		case "$comm" in containerd | containerd-shim* | runc | etcd | kube-* | kubelet) ;; *) continue ;; esac
 		tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF -- "$1" && echo "$p"
 	done

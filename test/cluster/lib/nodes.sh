@@ -146,6 +146,13 @@ setup_cgroup_root() {
 	done
 }
 
+# node_pods_procs I: the pids in node I's pod cgroups (the memory hierarchy has them all).
+node_pods_procs() {
+	local c
+	for c in $(node_cgroups "$1" | grep '^/sys/fs/cgroup/memory/'); do cat "$c/cgroup.procs" 2>/dev/null; done
+	return 0
+}
+
 # kill_node_pods I: SIGKILL every process in node I's pod cgroups.
 kill_node_pods() {
 	local c p
@@ -212,6 +219,7 @@ node_stop() {
 node_kill() {
 	local p n
 	node_ctx "$1"
+	# the agents first (nothing restarts or reports a container then), then the shims, then the pods
 	stop_proc "kubelet$SFX" 2 KILL
 	stop_proc "containerd$SFX" 2 KILL
 	for ((n = 0; n < 3; n++)); do
@@ -219,6 +227,7 @@ node_kill() {
 		# shellcheck disable=SC2086
 		[ -n "$p" ] && kill -KILL $p 2>/dev/null
 		kill_node_pods "$1"
+		[ -z "$p" ] && [ -z "$(node_pods_procs "$1")" ] && break
 		sleep 0.2
 	done
 	log "node $NODE killed (cluster.sh start $NODE boots it)"
