@@ -52,24 +52,33 @@ finish() {
 lock_cluster
 trap finish EXIT
 
+# run_alternatives: the alternatives of KDEFER_E2E_FLAGS' -run pattern, one a
+# line (^(TestA|TestB)$ gives TestA and TestB); nothing without a -run.
+run_alternatives() {
+	local flags=" ${KDEFER_E2E_FLAGS:-} " pat
+	[[ $flags =~ [[:space:]]-{1,2}run[=[:space:]]+([^[:space:]]+) ]] || return 0
+	pat=${BASH_REMATCH[1]}
+	tr -d "\"'^\$()" <<<"$pat" | tr '|' '\n'
+}
+
 # phases: the ones KDEFER_E2E_PHASES names; by default "single multi", and
-# with a -run pattern (^(TestA|TestB)$ or TestA) only the phases of the
-# scenarios it names.
+# with a -run pattern only the phases of the scenarios it names.
 phases() {
 	if [[ -n ${KDEFER_E2E_PHASES:-} ]]; then echo "$KDEFER_E2E_PHASES"; return; fi
-	local flags=" ${KDEFER_E2E_FLAGS:-} " pat alt single=0 multi=0
-	if [[ $flags =~ [[:space:]]-{1,2}run[=[:space:]]+([^[:space:]]+) ]]; then
-		pat=${BASH_REMATCH[1]//[\'\"^$()]/}
-		IFS='|' read -ra alts <<<"$pat"
-		for alt in "${alts[@]}"; do
-			if [[ $alt == TestMultiNode* ]]; then multi=1; else single=1; fi
-		done
-	else
-		single=1 multi=1
-	fi
-	((single)) && printf 'single '
-	((multi)) && printf 'multi'
+	local alts
+	alts=$(run_alternatives)
+	[[ -z $alts ]] && { echo "single multi"; return; }
+	grep -qv '^TestMultiNode' <<<"$alts" && printf 'single '
+	grep -q '^TestMultiNode' <<<"$alts" && printf 'multi'
 	echo
+}
+
+# multi_run: the multi-node phase's -run: the TestMultiNode scenarios that
+# KDEFER_E2E_FLAGS names, or all of them (a later -run wins over the flags' own).
+multi_run() {
+	local alts
+	alts=$(run_alternatives | grep '^TestMultiNode' | paste -sd '|')
+	if [[ -n $alts ]]; then echo "^($alts)"; else echo "^TestMultiNode"; fi
 }
 
 # cpu_ticks: CPU time (clock ticks) of this shell's waited children, and of
@@ -145,14 +154,7 @@ for phase in $PHASES; do
 	deploy_kdefer
 	case "$phase" in
 	single) run_tests single -skip '^TestMultiNode' || rc_tests=1 ;;
-	multi)
-		# Its own -run unless KDEFER_E2E_FLAGS has one (naming TestMultiNode scenarios).
-		if [[ " ${KDEFER_E2E_FLAGS:-} " =~ [[:space:]]-{1,2}run[=[:space:]] ]]; then
-			KDEFER_E2E_MULTINODE=1 run_tests multi || rc_tests=1
-		else
-			KDEFER_E2E_MULTINODE=1 run_tests multi -run '^TestMultiNode' || rc_tests=1
-		fi
-		;;
+	multi) KDEFER_E2E_MULTINODE=1 run_tests multi -run "$(multi_run)" || rc_tests=1 ;;
 	esac
 done
 exit "$rc_tests"
