@@ -160,14 +160,15 @@ PLATFORMS ?= linux/amd64,linux/arm64
 images:
 	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY) --platforms $(PLATFORMS) --ref-dir $(BIN)/images)
 
-## cluster-up / cluster-down: a real single-node Kubernetes cluster on this machine.
+## cluster-up / cluster-down: a real Kubernetes cluster on this machine (NODES=3: three nodes).
 cluster-up: tools
-	test/cluster/cluster.sh up
+	test/cluster/cluster.sh up $(if $(NODES),--nodes $(NODES))
 
 cluster-down:
 	test/cluster/cluster.sh down
 
-## e2e: the trigger matrix on the local cluster with real containers and MinIO.
+## e2e: the trigger matrix on the local cluster with real containers and MinIO
+## (one node, then the TestMultiNode scenarios on three).
 e2e: tools
 	test/e2e/run.sh
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# make e2e: kdefer's trigger matrix on the local single-node cluster.
-#   1. starts the cluster (test/cluster/cluster.sh up), stopped again on exit
+# make e2e: kdefer's trigger matrix on the local cluster, in two phases.
+#   1. starts a one-node cluster (test/cluster/cluster.sh up), stopped again on exit
 #      unless KDEFER_KEEP_CLUSTER=1;
 #   2. builds the cluster's own images (pause, busybox) and imports them
 #      (KDEFER_BUILD_IMAGES=0 imports bin/images as they are);
 #   3. starts the test registry (test/registry) on 10.88.0.1:5000, builds
 #      kdefer's images from this tree and pushes them there (make images);
-#   4. starts MinIO on the node address 10.88.0.1:9000 (pods reach it there);
+#   4. starts MinIO on the host's bridge address 10.88.0.1:9000 (pods reach it there);
 #   5. deploys kdefer by helm install of deploy/helm/kdefer with
 #      deploy/helm/local-values.yaml (test/helminstall), its images pulled from
 #      the registry: the chart, the registry path and the images are what the
@@ -14,8 +14,12 @@
 #      objects of deploy/overlays/local, which make demo applies;
 #      KDEFER_E2E_INSTALL=kustomize applies that overlay instead);
 #   6. go test -tags e2e ./test/e2e/ (one package: -v output streams; extra go test flags: KDEFER_E2E_FLAGS,
-#      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v');
+#      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v'), every scenario but TestMultiNode*;
+#   7. the multi-node phase: the cluster again with 3 nodes (cluster.sh up --nodes 3),
+#      registry, MinIO and kdefer as in 3-5, then the TestMultiNode* scenarios;
 #   on failure, dumps the component logs and kdefer's.
+# KDEFER_E2E_PHASES="single multi" chooses the phases; by default both, and with a
+# -run in KDEFER_E2E_FLAGS only those whose scenarios it names (multi: TestMultiNode...).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -58,54 +62,136 @@ finish() {
 lock_cluster
 trap finish EXIT
 
-"$CLUSTER" up >&2
-eval "$("$CLUSTER" env)"
-export KUBECONFIG
-# KDEFER_E2E_INSTALL=kustomize: kdefer's images imported as tarballs and
-# deploy/overlays/local applied, as make demo does (no registry, no helm).
-install=${KDEFER_E2E_INSTALL:-helm}
-if [[ $install == kustomize ]]; then
-	build_images
-else
-	build_images pause,busybox
-	t0=$SECONDS
-	start_registry "$STATE"
-	push_images "$STATE"
-	log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
-fi
-rm -rf "$STATE/data" # every run starts with an empty bucket
-start_minio "$STATE"
+# run_alternatives: the alternatives of KDEFER_E2E_FLAGS' -run pattern, one a
+# line (^(TestA|TestB)$ gives TestA and TestB); nothing without a -run.
+run_alternatives() {
+	local flags=" ${KDEFER_E2E_FLAGS:-} " pat
+	[[ $flags =~ [[:space:]]-{1,2}run[=[:space:]]+([^[:space:]]+) ]] || return 0
+	pat=${BASH_REMATCH[1]}
+	tr -d "\"'^\$()" <<<"$pat" | tr '|' '\n'
+}
+
+# phases: the ones KDEFER_E2E_PHASES names; by default "single multi", and
+# with a -run pattern only the phases of the scenarios it names.
+phases() {
+	if [[ -n ${KDEFER_E2E_PHASES:-} ]]; then echo "$KDEFER_E2E_PHASES"; return; fi
+	local alts
+	alts=$(run_alternatives)
+	[[ -z $alts ]] && { echo "single multi"; return; }
+	grep -qv '^TestMultiNode' <<<"$alts" && printf 'single '
+	grep -q '^TestMultiNode' <<<"$alts" && printf 'multi'
+	echo
+}
+
+# multi_run: the multi-node phase's -run: the TestMultiNode scenarios that
+# KDEFER_E2E_FLAGS names, or all of them (a later -run wins over the flags' own).
+multi_run() {
+	local alts
+	alts=$(run_alternatives | grep '^TestMultiNode' | paste -sd '|')
+	if [[ -n $alts ]]; then echo "^($alts)"; else echo "^TestMultiNode"; fi
+}
+
+# cpu_ticks: CPU time (clock ticks) of this shell's waited children, and of
+# the cluster's running programs and pods: what setting a cluster up cost.
+cpu_ticks() {
+	local t d
+	t=$(awk '{print $16 + $17}' /proc/$$/stat)
+	for d in /proc/[0-9]*; do
+		case "$(cat "$d/comm" 2>/dev/null)" in containerd* | etcd | kube-* | kubelet) ;; *) continue ;; esac
+		tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF "$KDEFER_CLUSTER_DIR/" || continue
+		t=$((t + $(awk '{print $14 + $15}' "$d/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$t"
+}
+
+# cluster_up ARGS...: cluster.sh up, logging its wall and CPU seconds.
+cluster_up() {
+	local t0=$SECONDS c0 tck
+	c0=$(cpu_ticks)
+	"$CLUSTER" up "$@" >&2
+	tck=$(getconf CLK_TCK)
+	log "cluster up ${*:-(one node)}: $((SECONDS - t0)) s, $((($(cpu_ticks) - c0) / tck)) CPU-s (cluster.sh, its commands and the cluster's programs)"
+}
+
+# run_tests PHASE GO_TEST_FLAGS...: the e2e package, KDEFER_E2E_RUNS times.
+run_tests() {
+	local phase=$1 i failed=0 runs=${KDEFER_E2E_RUNS:-1}
+	shift
+	log "running the $phase-node e2e tests"
+	# -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
+	# KDEFER_E2E_RUNS=N (make e2e-soak N=…) runs the whole tier N times on this one
+	# cluster and prints a table of scenario × run; any failed run fails the tier.
+	# Nothing is retried: a scenario that fails once in N is a bug to find.
+	for ((i = 1; i <= runs; i++)); do
+		((runs == 1)) || log "e2e run $i of $runs ($phase)"
+		# shellcheck disable=SC2086
+		if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 -v ${KDEFER_E2E_FLAGS:-} "$@" ./test/e2e/ 2>&1 |
+			tee "$STATE/run-$phase-$i.log"; then
+			failed=$((failed + 1))
+		fi
+	done
+	((runs == 1)) || "$ROOT/test/e2e/soak-table.sh" "$STATE"/run-"$phase"-*.log
+	((failed == 0)) || { log "$failed of $runs $phase-node e2e runs failed"; return 1; }
+}
+
 # The MinIO binary for tests that run their own server (test/s3server).
 KDEFER_MINIO=$(minio_bin)
 export KDEFER_MINIO
 export KDEFER_E2E_S3=$E2E_MINIO_ADDR
-t0=$SECONDS
-if [[ $install == kustomize ]]; then deploy_kdefer; else deploy_kdefer_helm "$STATE"; fi
-log "kdefer installed ($install) and ready in $((SECONDS - t0))s"
-log "kdefer ready after $((SECONDS - start))s"
-# make test starts this set-up while the unit tier runs and lets the
-# scenarios begin once it is over (KDEFER_E2E_AFTER names a file the unit
-# tier's end writes "go" into), so their time bounds never run on a machine
-# busy with unit tests; anything else in it stops the tier here.
-if [[ -n ${KDEFER_E2E_AFTER:-} ]]; then
-	log "waiting for $KDEFER_E2E_AFTER before the scenarios"
-	while [[ ! -s $KDEFER_E2E_AFTER ]]; do sleep 1; done
-	[[ $(<"$KDEFER_E2E_AFTER") == go ]] || die "not running the scenarios: $KDEFER_E2E_AFTER says $(<"$KDEFER_E2E_AFTER")"
-fi
-log "running the e2e tests"
-# -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
-# KDEFER_E2E_RUNS=N (make e2e-soak N=…) runs the whole tier N times on this one
-# cluster and prints a table of scenario × run; any failed run fails the tier.
-# Nothing is retried: a scenario that fails once in N is a bug to find.
-runs=${KDEFER_E2E_RUNS:-1}
-failed=0
-for ((i = 1; i <= runs; i++)); do
-	((runs == 1)) || log "e2e run $i of $runs"
-	# shellcheck disable=SC2086
-	if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 -v ${KDEFER_E2E_FLAGS:-} ./test/e2e/ 2>&1 |
-		tee "$STATE/run-$i.log"; then
-		failed=$((failed + 1))
+rm -f "$STATE"/run-*.log
+# KDEFER_E2E_INSTALL=kustomize: kdefer's images imported as tarballs and
+# deploy/overlays/local applied, as make demo does (no registry, no helm).
+install=${KDEFER_E2E_INSTALL:-helm}
+PHASES=$(phases)
+log "e2e phases: $PHASES"
+rc_tests=0
+built=0
+for phase in $PHASES; do
+	case "$phase" in
+	single) cluster_up ;;
+	multi)
+		# MinIO and the registry listen on the bridge address, which goes
+		# with the cluster.
+		stop_minio "$STATE"
+		stop_registry "$STATE"
+		t0=$SECONDS
+		"$CLUSTER" down >&2
+		log "cluster down: $((SECONDS - t0)) s"
+		cluster_up --nodes 3
+		;;
+	*) die "KDEFER_E2E_PHASES: unknown phase $phase (single, multi)" ;;
+	esac
+	eval "$("$CLUSTER" env)"
+	export KUBECONFIG
+	if [[ $install == kustomize ]]; then
+		if ((built == 0)); then build_images; else "$CLUSTER" load-images >&2; fi
+	else
+		if ((built == 0)); then build_images pause,busybox; else "$CLUSTER" load-images >&2; fi
+		# The registry listens on the bridge address, which goes with the
+		# cluster, and keeps its images in memory: started and filled per phase.
+		t0=$SECONDS
+		start_registry "$STATE"
+		push_images "$STATE"
+		log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
 	fi
+	built=1
+	rm -rf "$STATE/data" # every phase starts with an empty bucket
+	start_minio "$STATE"
+	t0=$SECONDS
+	if [[ $install == kustomize ]]; then deploy_kdefer; else deploy_kdefer_helm "$STATE"; fi
+	log "kdefer installed ($install) and ready in $((SECONDS - t0))s; $((SECONDS - start))s since the start"
+	# make test starts this set-up while the unit tier runs and lets the
+	# scenarios begin once it is over (KDEFER_E2E_AFTER names a file the unit
+	# tier's end writes "go" into), so their time bounds never run on a
+	# machine busy with unit tests; anything else in it stops the tier here.
+	if [[ -n ${KDEFER_E2E_AFTER:-} ]]; then
+		log "waiting for $KDEFER_E2E_AFTER before the scenarios"
+		while [[ ! -s $KDEFER_E2E_AFTER ]]; do sleep 1; done
+		[[ $(<"$KDEFER_E2E_AFTER") == go ]] || die "not running the scenarios: $KDEFER_E2E_AFTER says $(<"$KDEFER_E2E_AFTER")"
+	fi
+	case "$phase" in
+	single) run_tests single -skip '^TestMultiNode' || rc_tests=1 ;;
+	multi) KDEFER_E2E_MULTINODE=1 run_tests multi -run "$(multi_run)" || rc_tests=1 ;;
+	esac
 done
-((runs == 1)) || "$ROOT/test/e2e/soak-table.sh" "$STATE"/run-*.log
-((failed == 0)) || { log "$failed of $runs e2e runs failed"; exit 1; }
+exit "$rc_tests"
