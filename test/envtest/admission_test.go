@@ -468,7 +468,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		hooks = append(hooks, hook{w.Name, w.FailurePolicy, w.SideEffects, w.TimeoutSeconds, w.ObjectSelector, w.ClientConfig.Service})
 	}
 	paths := map[string]bool{kwebhook.MutateJobPath: true, kwebhook.ValidateJobPath: true, kwebhook.ValidatePolicyPath: true,
-		kwebhook.ValidateEvictionPath: true, kwebhook.ArmPVCPath: true, kwebhook.MutatePodPath: true}
+		kwebhook.ValidateEvictionPath: true, kwebhook.ArmPVCPath: true, kwebhook.MutatePodPath: true, kwebhook.ValidateCronJobPath: true}
 	for _, h := range hooks {
 		// Job and policy webhooks fail closed (nothing unrendered gets in);
 		// the eviction guard and the arming fail open (kdefer down must
@@ -476,6 +476,9 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		wantFP, wantSE := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
 		switch h.name {
 		case "evictions.pods.kdefer.io":
+			wantFP = admissionregistrationv1.Ignore
+		case "validate.cronjobs.kdefer.io":
+			// It only tells earlier what the Job webhook enforces.
 			wantFP = admissionregistrationv1.Ignore
 		case "arm.persistentvolumeclaims.kdefer.io":
 			// It creates the pod's DeferRun, except on a dry run.
@@ -487,7 +490,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		if *h.fp != wantFP || *h.se != wantSE || *h.timeout > 10 {
 			t.Errorf("webhook %s: failurePolicy %s sideEffects %s timeout %d", h.name, *h.fp, *h.se, *h.timeout)
 		}
-		if (strings.Contains(h.name, "jobs") || h.name == "render.pods.kdefer.io") && h.selector.MatchLabels[v1.LabelEnabled] != "true" {
+		if (strings.HasSuffix(h.name, ".jobs.kdefer.io") || h.name == "render.pods.kdefer.io") && h.selector.MatchLabels[v1.LabelEnabled] != "true" {
 			t.Errorf("webhook %s does not select on %s", h.name, v1.LabelEnabled)
 		}
 		if h.svc == nil || h.svc.Name != "kdefer-webhook" || h.svc.Namespace != "kdefer-system" || !paths[*h.svc.Path] {
