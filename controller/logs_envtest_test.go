@@ -41,6 +41,9 @@ func TestLogsEndpointEnvtest(t *testing.T) {
 	// The ended pod: its main container failed once, then for good.
 	ended := kt.MakePod("job-x", ns).OnNode(node).Obj()
 	ended.UID, ended.Status = "", corev1.PodStatus{}
+	// What the ServiceAccount admission plugin (off in envtest) sets: a
+	// token can only be bound to a pod of its own service account.
+	ended.Spec.ServiceAccountName = sa.Name
 	must(t, h.c.Create(ctx, ended))
 	h.updatePodStatus(ended, func(p *corev1.Pod) {
 		kt.Running(p)
@@ -166,6 +169,7 @@ func TestLogsEndpointEnvtest(t *testing.T) {
 	tenant := kt.MakePod("tenant", ns).OnNode(node).NoFinalizer().Obj()
 	tenant.UID, tenant.Status = "", corev1.PodStatus{}
 	tenant.Annotations = map[string]string{v1.AnnotationDeferRunName: run.Name} // claims the run
+	tenant.Spec.ServiceAccountName = sa.Name
 	must(t, h.c.Create(ctx, tenant))
 	for _, q := range []string{"", "?container=main", "?steps=true"} {
 		if code, _ := get(token(tenant, stagecontract.LogsAudience), q); code != http.StatusForbidden {
