@@ -24,11 +24,16 @@ func TestOpenWithinGivesUpOnAHungOpen(t *testing.T) {
 	}
 	hang := func() (*os.File, error) { return os.OpenFile(fifo, os.O_RDONLY, 0) } // blocks until a writer opens
 	t.Cleanup(func() {
-		// Release the opens given up: each waits for a writer.
-		for range 2 {
-			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+		// Release the opens given up: each waits for a writer. One writer's
+		// open releases every reader waiting then, so a blocking second open
+		// could wait forever (seen: the package hung 400 s in CI); a
+		// non-blocking open fails at once when no reader waits, and a few
+		// tries over a second catch an open that was slow to start.
+		for range 20 {
+			if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 				w.Close()
 			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 
