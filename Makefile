@@ -66,13 +66,13 @@ envtest-assets: tools
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
 ## on fresh clones, 2026-12-01 (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
-##   tier     cold (fresh HOME: no caches)     warm (tools cached)
-##   tools    2282 s, in the background        0 s
-##   verify   2272 s (overlaps tools)          225 s
-##   fuzz     479 s (overlaps tools)           153 s
-##   unit     264 s                            236 s
-##   e2e      407 s (22 scenarios)             604 s (32 scenarios)
-##   total    57 min (88 CPU-min)              20.3 min
+##   tier     cold (c4: fresh HOME, no caches)  warm (w1: tools cached)
+##   tools    2421 s, in the background          0 s
+##   verify   2549 s (overlaps tools)            205 s
+##   fuzz     182 s                              62 s
+##   unit     335 s                              280 s (e2e set-up alongside)
+##   e2e      625 s (32 scenarios)               476 s after unit
+##   total    61.5 min (84 CPU-min)              17.1 min
 test:
 	hack/test.sh
 
