@@ -80,17 +80,21 @@ start_minio() {
 		{ tail -20 "$dir/minio.log" >&2; return 1; }
 }
 
-# stop_minio STATE_DIR: stops the MinIO that start_minio started there.
-stop_minio() {
-	local dir=$1 pid
-	[[ -f $dir/minio.pid ]] || return 0
-	pid=$(cat "$dir/minio.pid")
-	if kill -0 "$pid" 2>/dev/null && grep -q minio "/proc/$pid/cmdline" 2>/dev/null; then
+# stop_daemon STATE_DIR NAME SECONDS: stops the NAME process whose pid
+# STATE_DIR/NAME.pid holds (if that pid still runs NAME), killed after SECONDS.
+stop_daemon() {
+	local dir=$1 name=$2 secs=$3 pid
+	[[ -f $dir/$name.pid ]] || return 0
+	pid=$(cat "$dir/$name.pid")
+	if kill -0 "$pid" 2>/dev/null && grep -q "$name" "/proc/$pid/cmdline" 2>/dev/null; then
 		kill "$pid" 2>/dev/null || true
-		wait_until 20 "MinIO (pid $pid) to exit" bash -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
+		wait_until "$secs" "$name (pid $pid) to exit" bash -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
 	fi
-	rm -f "$dir/minio.pid"
+	rm -f "$dir/$name.pid"
 }
+
+# stop_minio STATE_DIR: stops the MinIO that start_minio started there.
+stop_minio() { stop_daemon "$1" minio 20; }
 
 kdefer_ready() {
 	kubectl -n kdefer-system rollout status deploy/kdefer-controller --timeout=5s &&
@@ -145,16 +149,7 @@ start_registry() {
 }
 
 # stop_registry STATE_DIR: stops the registry that start_registry started there.
-stop_registry() {
-	local dir=$1 pid
-	[[ -f $dir/registry.pid ]] || return 0
-	pid=$(cat "$dir/registry.pid")
-	if kill -0 "$pid" 2>/dev/null && grep -q registry "/proc/$pid/cmdline" 2>/dev/null; then
-		kill "$pid" 2>/dev/null || true
-		wait_until 10 "the registry (pid $pid) to exit" bash -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
-	fi
-	rm -f "$dir/registry.pid"
-}
+stop_registry() { stop_daemon "$1" registry 10; }
 
 # push_images STATE_DIR: kdefer's images built from this tree (make images:
 # the one builder) for this machine's platform, pushed to the test registry;
