@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,12 +57,15 @@ func TestSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	connected := make(chan struct{})
 	go func() { // accept and never answer
+		var once sync.Once
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
+			once.Do(func() { close(connected) })
 			defer c.Close()
 		}
 	}()
@@ -71,7 +75,7 @@ func TestSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := filepath.Join(t.TempDir(), "summary.json")
-	args := []string{"out", "--from", src, "--to", s3server.S3URL(l.Addr().String(), "b", "run/"), "--summary-file", sum, "--log-format", "json"}
+	args := []string{"out", "--from", src, "--to", s3server.S3URL(l.Addr().String(), "bucket", "run/"), "--summary-file", sum, "--log-format", "json"}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +87,15 @@ func TestSIGTERM(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // connected and waiting
+	// The child installs its signal handler before it dials the store, so
+	// once it has connected a SIGTERM is its to handle (a fixed sleep was
+	// not enough on a loaded machine: the signal came first and killed it).
+	select {
+	case <-connected:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the stage step never connected to the store\n%s", out.String())
+	}
 	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package drivers
 import (
 	"bytes"
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/kdefer/kdefer/storage"
@@ -67,5 +69,22 @@ func TestListHonoursContext(t *testing.T) {
 	err = be.List(ctx, "", func(storage.ObjectInfo) error { n++; return nil })
 	if err == nil || n != 0 {
 		t.Errorf("List under a cancelled context: %d objects, err %v; want no request and an error", n, err)
+	}
+}
+
+// A bucket name S3 cannot have is a permanent error at open, naming the
+// bucket and the fix, not a transient one retried until the deadline (the
+// client refuses such names on every request without asking the server).
+func TestOpenRefusesAnInvalidBucketName(t *testing.T) {
+	for _, bucket := range []string{"b", "-ab", "ab..c"} {
+		loc, err := storage.ParseURL("s3://" + bucket + "/p/?endpoint=http://127.0.0.1:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = storage.Open(context.Background(), loc, storage.OpenOptions{})
+		var se *storage.Error
+		if !errors.As(err, &se) || se.Class != storage.Permanent || !strings.Contains(err.Error(), bucket) || !strings.Contains(se.Fix, "bucket name") {
+			t.Errorf("bucket %q: open = %v, want a permanent error naming it and the fix", bucket, err)
+		}
 	}
 }
