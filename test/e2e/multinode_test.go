@@ -54,6 +54,28 @@ func requireNodes(t *testing.T, env *clusterenv.Env, n int) []string {
 	return ready
 }
 
+// spreadJob is an Indexed Job of pods pods at once, spread evenly over the
+// nodes (topology spread on the hostname), each index staging out to its own
+// prefix NAMESPACE/JOB/INDEX/POD/.
+func (s *scenario) spreadJob(name string, w workload, pods int32) *batchv1.Job {
+	job := s.job(name, w)
+	job.Annotations[v1.AnnotationStageOut] = "s3://" + bucket + "/{namespace}/{job}/{index}/{pod}/" + s.s3Query()
+	job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+	job.Spec.Completions, job.Spec.Parallelism = ptr.To(pods), ptr.To(pods)
+	spread := map[string]string{"e2e-spread": s.ns}
+	job.Spec.Template.Labels = spread
+	job.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: spread},
+	}}
+	// An Indexed Job's pod has the hostname job-index, not its name: the
+	// workload signals the test with its pod name instead.
+	c := &job.Spec.Template.Spec.Containers[0]
+	c.Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	c.Command[2] = strings.ReplaceAll(w.script(s.sig.url), "$HOSTNAME", "$POD_NAME")
+	return job
+}
+
 // TestMultiNodeIndexedJob: an Indexed Job of 6 pods at once, spread over 3
 // nodes (2 each, topology spread on the hostname). Every pod's defer pod
 // runs on that pod's own node (spec.nodeName, also the run's
@@ -69,22 +91,8 @@ func TestMultiNodeIndexedJob(t *testing.T) {
 	s.create(s.holdPolicy("hold"))
 	w := small
 	w.mode = "exit 0"
-	job := s.job("sweep", w)
+	job := s.spreadJob("sweep", w, pods)
 	job.Annotations[v1.AnnotationPolicy] = "hold"
-	job.Annotations[v1.AnnotationStageOut] = "s3://" + bucket + "/{namespace}/{job}/{index}/{pod}/" + s.s3Query()
-	job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
-	job.Spec.Completions, job.Spec.Parallelism = ptr.To[int32](pods), ptr.To[int32](pods)
-	spread := map[string]string{"e2e-spread": s.ns}
-	job.Spec.Template.Labels = spread
-	job.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
-		LabelSelector: &metav1.LabelSelector{MatchLabels: spread},
-	}}
-	// An Indexed Job's pod has the hostname job-index, not its name: the
-	// workload signals the test with its pod name instead.
-	c := &job.Spec.Template.Spec.Containers[0]
-	c.Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
-	c.Command[2] = strings.ReplaceAll(w.script(s.sig.url), "$HOSTNAME", "$POD_NAME")
 	s.create(job)
 
 	// Each pod writes its outputs and exits 0; then its defer pod stages
