@@ -20,9 +20,14 @@ import (
 	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
+// sharedClass is the e2e cluster's storage class whose volumes every node
+// mounts (test/cluster/lib/storage.sh): network storage's stand-in.
+const sharedClass = "kdefer-shared"
+
 // nodeJob creates the scenario's Job "sim", its pod required on node, its
-// runs waiting nodeLostTimeout for a node that went away.
-func (s *scenario) nodeJob(node string, w workload, nodeLostTimeout time.Duration) {
+// runs waiting nodeLostTimeout for a node that went away, its work volume
+// of storage class class ("" for the cluster's default, node-local).
+func (s *scenario) nodeJob(node string, w workload, nodeLostTimeout time.Duration, class string) {
 	s.t.Helper()
 	s.create(&v1.DeferPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "node", Namespace: s.ns},
@@ -31,6 +36,9 @@ func (s *scenario) nodeJob(node string, w workload, nodeLostTimeout time.Duratio
 	job := s.job("sim", w)
 	job.Annotations[v1.AnnotationPolicy] = "node"
 	job.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	if class != "" {
+		job.Annotations[v1.AnnotationStorageClass] = class
+	}
 	s.create(job)
 }
 
@@ -97,32 +105,73 @@ func TestMultiNodeNodeLost(t *testing.T) {
 }
 
 // nodeLostForGood: the node loses power (cluster.sh kill: kubelet,
-// containerd and every process of its pods) and its Node is deleted. The
-// work volume is a local PV of that node: nothing else can mount it, so
-// after nodeLostTimeout the run fails with reason NodeLost and keeps the
-// volume, every byte the pod wrote still on it; `kdefer release` lets it
-// go. The node boots again at the end for the scenarios after this one.
+// containerd and every process of its pods) and its Node is deleted, while
+// two pods run there. One's work volume is a local PV of that node: nothing
+// else can mount it, so after nodeLostTimeout its run fails with reason
+// NodeLost and keeps the volume, every byte the pod wrote still on it;
+// `kdefer release` lets it go. The other's is on storage every node mounts
+// (kdefer-shared): its run relocates, the scheduler placing the defer pod
+// on another node, and stages out what the pod wrote. The node boots again
+// at the end for the scenarios after this one.
 func nodeLostForGood(t *testing.T, node string) {
-	s := newScenario(t, "mnlost")
+	local, moved := newScenario(t, "mnlost"), newScenario(t, "mnmove")
 	w := small
 	w.mode = "hold"
-	s.nodeJob(node, w, 15*time.Second)
-	pod := s.waitReady(time.Minute)
-	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
-	s.recordPVs()
+	local.nodeJob(node, w, 15*time.Second, "")
+	moved.nodeJob(node, w, 15*time.Second, sharedClass)
+	armed := func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 }
+	pod, mpod := local.waitReady(time.Minute), moved.waitReady(time.Minute)
+	local.waitRun(pod, 30*time.Second, "armed", armed)
+	moved.waitRun(mpod, 30*time.Second, "armed", armed)
+	local.recordPVs()
+	moved.recordPVs()
 	booted := false
 	t.Cleanup(func() {
 		if !booted {
-			_, _ = s.env.Cluster(context.Background(), "start", node)
+			_, _ = local.env.Cluster(context.Background(), "start", node)
 		}
 	})
 	start := time.Now()
-	s.clusterNode("kill", node)
-	if err := s.env.Clientset.CoreV1().Nodes().Delete(s.ctx, node, metav1.DeleteOptions{}); err != nil {
+	local.clusterNode("kill", node)
+	if err := local.env.Clientset.CoreV1().Nodes().Delete(local.ctx, node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.logf("node %s deleted", node)
+	local.logf("node %s deleted", node)
 	cli := buildCLI(t) // while the pod garbage collector takes its time (40 s for a pod of a deleted node)
+
+	relocated(moved, mpod, node, w, start)
+	retained(local, pod, w, start, cli)
+	// Booted again, the kubelet registers the Node anew.
+	local.clusterNode("start", node)
+	booted = true
+	local.waitNodeReady(node, true, time.Minute)
+}
+
+// relocated: the run of pod, whose node was lost, stages out from another
+// node; its volume moved with it.
+func relocated(s *scenario, pod, lost string, w workload, start time.Time) {
+	s.t.Helper()
+	run := s.waitRun(pod, 3*time.Minute, "with a relocated defer pod", inProgress)
+	dp, err := s.env.WaitPod(s.ctx, s.ns, run.Status.DeferPodName, time.Minute, "scheduled", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if dp.Spec.NodeName == lost {
+		s.t.Fatalf("relocated defer pod %s on the lost node %s", dp.Name, lost)
+	}
+	s.logf("defer pod %s relocated to %s, %s after the node was lost", dp.Name, dp.Spec.NodeName, time.Since(start).Round(time.Second))
+	run = s.waitFinished(pod, v1.TriggerPodGC, v1.DeferRunSucceeded, 2*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerPodGC)
+	s.volumeReleased(run)
+	s.cleanUp("sim")
+}
+
+// retained: the run of pod, whose node was lost with its node-local
+// volume, fails with reason NodeLost and keeps the volume until `kdefer
+// release` (the CLI at cli).
+func retained(s *scenario, pod string, w workload, start time.Time, cli string) {
+	t := s.t
+	t.Helper()
 	run := s.waitRun(pod, 3*time.Minute, "to fail", finished)
 	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed)
 	if run.Status.State != v1.DeferRunFailed || c == nil || c.Reason != v1.ReasonNodeLost {
@@ -151,18 +200,13 @@ func nodeLostForGood(t *testing.T, node string) {
 		}
 	}
 	// The CLI lets it go.
-	cmd := exec.CommandContext(s.ctx, cli, "--kubeconfig", clusterenv.Dir()+"/kubeconfig", "-n", s.ns, "release", "deferrun/"+pod)
-	out, err := cmd.CombinedOutput()
+	out, err := exec.CommandContext(s.ctx, cli, "--kubeconfig", clusterenv.Dir()+"/kubeconfig", "-n", s.ns, "release", "deferrun/"+pod).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kdefer release: %v: %s", err, out)
 	}
 	s.logf("kdefer release: %s", bytes.TrimSpace(out))
 	s.volumeReleased(run)
 	s.cleanUp("sim")
-	// Booted again, the kubelet registers the Node anew.
-	s.clusterNode("start", node)
-	booted = true
-	s.waitNodeReady(node, true, time.Minute)
 }
 
 // nodeBack: the node's kubelet and containerd stop (its containers run
@@ -173,7 +217,7 @@ func nodeBack(t *testing.T, node string) {
 	s := newScenario(t, "mnback")
 	w := small
 	w.mode = "wait 0"
-	s.nodeJob(node, w, 5*time.Minute)
+	s.nodeJob(node, w, 5*time.Minute, "")
 	pod := s.waitReady(time.Minute)
 	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
 	booted := false
