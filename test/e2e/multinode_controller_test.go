@@ -68,7 +68,7 @@ func (s *scenario) leads(pod string) bool {
 // defer run as usual.
 func TestMultiNodeControllerDrain(t *testing.T) {
 	// Not parallel: the drain evicts every pod of the node.
-	requireNodes(t, clusterenv.Require(t), multiNodes)
+	requireNodes(t, clusterenv.Require(t))
 	s := newScenario(t, "mnctl")
 	leader, standby := s.replicas()
 	node := leader.Spec.NodeName

@@ -97,7 +97,7 @@ func (s *scenario) prePullPods(node string) []corev1.Pod {
 func TestMultiNodeDrain(t *testing.T) {
 	// Not parallel: a drain without a pod selector evicts every pod of the node.
 	const pods = 6
-	nodes := requireNodes(t, clusterenv.Require(t), multiNodes)
+	nodes := requireNodes(t, clusterenv.Require(t))
 	s := newScenario(t, "mndrain")
 	s.create(s.holdPolicy("hold"))
 	w := small

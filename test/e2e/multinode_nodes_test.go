@@ -81,12 +81,12 @@ func (s *scenario) clusterNode(verb, node string) {
 // so that kdefer itself is not disturbed.
 func TestMultiNodeNodeLost(t *testing.T) {
 	// Not parallel with other scenarios: it takes nodes away.
-	requireNodes(t, clusterenv.Require(t), multiNodes)
+	requireNodes(t, clusterenv.Require(t))
 	probe := newScenario(t, "mnlost-probe")
 	_, standby := probe.replicas()
 	ctl := probe.controllerNodes()
 	lostNode := ""
-	for _, n := range requireNodes(t, probe.env, multiNodes) {
+	for _, n := range requireNodes(t, probe.env) {
 		if !ctl[n] {
 			lostNode = n
 		}

@@ -29,9 +29,11 @@ import (
 // multiNodes is the node count the multi-node phase starts.
 const multiNodes = 3
 
-// requireNodes returns the names of the cluster's Ready nodes, at least n of them.
-func requireNodes(t *testing.T, env *clusterenv.Env, n int) []string {
+// requireNodes returns the names of the cluster's Ready nodes, at least
+// multiNodes of them (every multi-node scenario is written for that many).
+func requireNodes(t *testing.T, env *clusterenv.Env) []string {
 	t.Helper()
+	const n = multiNodes
 	list, err := env.Clientset.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +87,7 @@ func (s *scenario) spreadJob(name string, w workload, pods int32) *batchv1.Job {
 func TestMultiNodeIndexedJob(t *testing.T) {
 	t.Parallel()
 	const pods = 6
-	nodes := requireNodes(t, clusterenv.Require(t), multiNodes)
+	nodes := requireNodes(t, clusterenv.Require(t))
 	s := newScenario(t, "spread")
 	// The defer pods hold (after the stage-out) until the test has seen where they run.
 	s.create(s.holdPolicy("hold"))
