@@ -258,10 +258,21 @@ func TestNodeLocal(t *testing.T) {
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}}
 	pinned := zonal.DeepCopy()
 	pinned.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Key = corev1.LabelHostname
+	localPinned := pinned.DeepCopy()
+	localPinned.Spec.Local = local.Spec.Local
+	// A file system every node mounts at the same path (Lustre, GPFS; the
+	// e2e cluster's kdefer-shared class) as a local PV of every node.
+	shared := zonal.DeepCopy()
+	shared.Spec.Local = local.Spec.Local
+	shared.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0] = corev1.NodeSelectorRequirement{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}}
+	hostPath := &corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/d"}}}}
 	for name, tc := range map[string]struct {
 		pv   *corev1.PersistentVolume
 		want bool
-	}{"local": {local, true}, "zonal": {zonal, false}, "hostname affinity": {pinned, true}} {
+	}{
+		"local": {local, true}, "zonal": {zonal, false}, "hostname affinity": {pinned, true},
+		"local on its node": {localPinned, true}, "hostPath": {hostPath, true}, "local on every node": {shared, false},
+	} {
 		if got := NodeLocal(tc.pv); got != tc.want {
 			t.Errorf("%s: NodeLocal = %v, want %v", name, got, tc.want)
 		}

@@ -217,17 +217,27 @@ func (r *RunReconciler) volumesMovable(ctx context.Context, run *v1.DeferRun) (b
 	return len(run.Spec.Volumes) > 0, nil
 }
 
-// NodeLocal reports whether a PV can only be used on one node.
+// NodeLocal reports whether a PV can only be used on one node: its node
+// affinity pins a node, or it is a local or hostPath volume without one (the
+// disk of whichever node it is on). A local volume whose affinity selects
+// nodes by anything else is a file system that every node it selects mounts
+// at the same path (a cluster file system such as Lustre or GPFS; the e2e
+// cluster's kdefer-shared class): the scheduler can place a relocated defer
+// pod on any of them.
 func NodeLocal(pv *corev1.PersistentVolume) bool {
-	if pv.Spec.Local != nil || pv.Spec.HostPath != nil {
-		return true
+	a := pv.Spec.NodeAffinity
+	if a == nil || a.Required == nil || len(a.Required.NodeSelectorTerms) == 0 {
+		return pv.Spec.Local != nil || pv.Spec.HostPath != nil
 	}
-	if a := pv.Spec.NodeAffinity; a != nil && a.Required != nil {
-		for _, term := range a.Required.NodeSelectorTerms {
-			for _, e := range term.MatchExpressions {
-				if e.Key == corev1.LabelHostname {
-					return true
-				}
+	for _, term := range a.Required.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Key == corev1.LabelHostname {
+				return true
+			}
+		}
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" {
+				return true
 			}
 		}
 	}

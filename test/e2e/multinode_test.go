@@ -29,9 +29,11 @@ import (
 // multiNodes is the node count the multi-node phase starts.
 const multiNodes = 3
 
-// requireNodes returns the names of the cluster's Ready nodes, at least n of them.
-func requireNodes(t *testing.T, env *clusterenv.Env, n int) []string {
+// requireNodes returns the names of the cluster's Ready nodes, at least
+// multiNodes of them (every multi-node scenario is written for that many).
+func requireNodes(t *testing.T, env *clusterenv.Env) []string {
 	t.Helper()
+	const n = multiNodes
 	list, err := env.Clientset.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -54,26 +56,14 @@ func requireNodes(t *testing.T, env *clusterenv.Env, n int) []string {
 	return ready
 }
 
-// TestMultiNodeIndexedJob: an Indexed Job of 6 pods at once, spread over 3
-// nodes (2 each, topology spread on the hostname). Every pod's defer pod
-// runs on that pod's own node (spec.nodeName, also the run's
-// status.nodeName): its local work volume is there and nowhere else. Every
-// index's outputs are at its own prefix; every volume is released and
-// nothing is left.
-func TestMultiNodeIndexedJob(t *testing.T) {
-	t.Parallel()
-	const pods = 6
-	nodes := requireNodes(t, clusterenv.Require(t), multiNodes)
-	s := newScenario(t, "spread")
-	// The defer pods hold (after the stage-out) until the test has seen where they run.
-	s.create(s.holdPolicy("hold"))
-	w := small
-	w.mode = "exit 0"
-	job := s.job("sweep", w)
-	job.Annotations[v1.AnnotationPolicy] = "hold"
+// spreadJob is an Indexed Job of pods pods at once, spread evenly over the
+// nodes (topology spread on the hostname), each index staging out to its own
+// prefix NAMESPACE/JOB/INDEX/POD/.
+func (s *scenario) spreadJob(name string, w workload, pods int32) *batchv1.Job {
+	job := s.job(name, w)
 	job.Annotations[v1.AnnotationStageOut] = "s3://" + bucket + "/{namespace}/{job}/{index}/{pod}/" + s.s3Query()
 	job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
-	job.Spec.Completions, job.Spec.Parallelism = ptr.To[int32](pods), ptr.To[int32](pods)
+	job.Spec.Completions, job.Spec.Parallelism = ptr.To(pods), ptr.To(pods)
 	spread := map[string]string{"e2e-spread": s.ns}
 	job.Spec.Template.Labels = spread
 	job.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
@@ -85,6 +75,26 @@ func TestMultiNodeIndexedJob(t *testing.T) {
 	c := &job.Spec.Template.Spec.Containers[0]
 	c.Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
 	c.Command[2] = strings.ReplaceAll(w.script(s.sig.url), "$HOSTNAME", "$POD_NAME")
+	return job
+}
+
+// TestMultiNodeIndexedJob: an Indexed Job of 6 pods at once, spread over 3
+// nodes (2 each, topology spread on the hostname). Every pod's defer pod
+// runs on that pod's own node (spec.nodeName, also the run's
+// status.nodeName): its local work volume is there and nowhere else. Every
+// index's outputs are at its own prefix; every volume is released and
+// nothing is left.
+func TestMultiNodeIndexedJob(t *testing.T) {
+	t.Parallel()
+	const pods = 6
+	nodes := requireNodes(t, clusterenv.Require(t))
+	s := newScenario(t, "spread")
+	// The defer pods hold (after the stage-out) until the test has seen where they run.
+	s.create(s.holdPolicy("hold"))
+	w := small
+	w.mode = "exit 0"
+	job := s.spreadJob("sweep", w, pods)
+	job.Annotations[v1.AnnotationPolicy] = "hold"
 	s.create(job)
 
 	// Each pod writes its outputs and exits 0; then its defer pod stages

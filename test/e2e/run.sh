@@ -16,7 +16,8 @@
 #   6. go test -tags e2e ./test/e2e/ (one package: -v output streams; extra go test flags: KDEFER_E2E_FLAGS,
 #      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v'), every scenario but TestMultiNode*;
 #   7. the multi-node phase: the cluster again with 3 nodes (cluster.sh up --nodes 3),
-#      registry, MinIO and kdefer as in 3-5, then the TestMultiNode* scenarios;
+#      registry, MinIO and kdefer as in 3-5 (with helm, two replicas and leader
+#      election: test/e2e/multinode-values.yaml), then the TestMultiNode* scenarios;
 #   on failure, dumps the component logs and kdefer's.
 # KDEFER_E2E_PHASES="single multi" chooses the phases; by default both, and with a
 # -run in KDEFER_E2E_FLAGS only those whose scenarios it names (multi: TestMultiNode...).
@@ -178,7 +179,14 @@ for phase in $PHASES; do
 	rm -rf "$STATE/data" # every phase starts with an empty bucket
 	start_minio "$STATE"
 	t0=$SECONDS
-	if [[ $install == kustomize ]]; then deploy_kdefer; else deploy_kdefer_helm "$STATE"; fi
+	if [[ $install == kustomize ]]; then
+		deploy_kdefer
+	elif [[ $phase == multi ]]; then
+		# Two replicas, leader election, a budget: what the chart installs by default.
+		deploy_kdefer_helm "$STATE" -f test/e2e/multinode-values.yaml
+	else
+		deploy_kdefer_helm "$STATE"
+	fi
 	log "kdefer installed ($install) and ready in $((SECONDS - t0))s; $((SECONDS - start))s since the start"
 	# make test starts this set-up while the unit tier runs and lets the
 	# scenarios begin once it is over (KDEFER_E2E_AFTER names a file the unit

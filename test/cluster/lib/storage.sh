@@ -1,5 +1,40 @@
 # shellcheck shell=bash
-# Sourced by cluster.sh: the local-PV storage class and each node's PVs.
+# Sourced by cluster.sh: the storage classes and their PVs.
+#   kdefer-local   (the default) each node's own local PVs, on its node file
+#                  system: bound to that node (node affinity on its hostname).
+#   kdefer-shared  SHARED_PV_COUNT local PVs in $DIR/shared on the host's file
+#                  system, which every node of this machine sees at the same
+#                  path: network storage's stand-in (a cluster file system
+#                  mounted on every node), mountable from any node (affinity
+#                  kubernetes.io/os=linux, which every kubelet sets), so a run
+#                  on a lost node relocates (e2e TestMultiNodeNodeLost).
+
+# Shared PVs (few: only scenarios that relocate use them).
+SHARED_PV_COUNT=${KDEFER_CLUSTER_SHARED_PVS:-8}
+
+# pv_yaml NAME CLASS PATH AFFINITY_KEY AFFINITY_VALUE: one pre-created local PV.
+pv_yaml() {
+	cat <<EOC
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: $1
+  labels: {kdefer.io/local-pv: "true"}
+spec:
+  capacity: {storage: 100Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: $2
+  volumeMode: Filesystem
+  local: {path: $3}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {key: $4, operator: In, values: [$5]}
+EOC
+}
 
 storage() {
 	local i j name pvdir
@@ -20,27 +55,24 @@ EOC
 				name=$(printf '%s-%03d' "$PV_PREFIX" "$j")
 				pvdir="$NDIR/pv/$name"
 				mkdir -p "$pvdir"
-				cat <<EOC
----
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: $name
-  labels: {kdefer.io/local-pv: "true"}
-spec:
-  capacity: {storage: 100Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: kdefer-local
-  volumeMode: Filesystem
-  local: {path: $pvdir}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-      - matchExpressions:
-        - {key: kubernetes.io/hostname, operator: In, values: [$NODE]}
-EOC
+				pv_yaml "$name" kdefer-local "$pvdir" kubernetes.io/hostname "$NODE"
 			done
+		done
+		cat <<EOC
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: kdefer-shared
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Retain
+EOC
+		for ((j = 0; j < SHARED_PV_COUNT; j++)); do
+			name=$(printf 'kdefer-shared-%03d' "$j")
+			pvdir="$DIR/shared/$name"
+			mkdir -p "$pvdir"
+			pv_yaml "$name" kdefer-shared "$pvdir" kubernetes.io/os linux
 		done
 		node_ctx 1
 	} >"$DIR/conf/storage.yaml"
@@ -55,7 +87,7 @@ recycle_pvs() {
 	local name phase path n=0
 	while read -r name phase path; do
 		[ "$phase" = Released ] || continue
-		case "$path" in "$DIR"/pv/* | "$DIR"/n[0-9]*/pv/*) ;; *) continue ;; esac
+		case "$path" in "$DIR"/pv/* | "$DIR"/n[0-9]*/pv/* | "$DIR"/shared/*) ;; *) continue ;; esac
 		find "$path" -mindepth 1 -delete
 		kubectl patch pv "$name" --type json -p '[{"op":"remove","path":"/spec/claimRef"}]' >/dev/null
 		n=$((n + 1))

@@ -1,0 +1,117 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/test/clusterenv"
+)
+
+// leaseAcquired is what client-go's leader election logs (as a message,
+// capitalized or not by version) when a replica takes the Lease. The
+// Lease's holder names no pod: a host-network pod's hostname is the
+// machine's, the same for every replica here.
+const leaseAcquired = "successfully acquired lease"
+
+// replicas waits until one of kdefer's two controller pods leads and
+// returns it and the other.
+func (s *scenario) replicas() (leader, standby *corev1.Pod) {
+	s.t.Helper()
+	var n int
+	err := clusterenv.WaitFor(s.ctx, time.Minute, "a leader among kdefer's two replicas", func(ctx context.Context) (bool, error) {
+		pods, err := s.env.Clientset.CoreV1().Pods(kdeferNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kdefer,app.kubernetes.io/component=controller"})
+		if err != nil {
+			return false, err
+		}
+		leader, standby, n = nil, nil, 0
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			n++
+			if s.leads(p.Name) {
+				leader = p
+			} else {
+				standby = p
+			}
+		}
+		return n == 2 && leader != nil && standby != nil, nil
+	})
+	if err != nil {
+		s.t.Fatalf("%v: %d kdefer-controller pod(s) (test/e2e/multinode-values.yaml installs two)", err, n)
+	}
+	return leader, standby
+}
+
+// leads says whether the controller pod has taken the leader Lease.
+func (s *scenario) leads(pod string) bool {
+	logs, err := s.env.PodLogs(s.ctx, kdeferNS, pod, "manager")
+	if err != nil {
+		s.logf("logs of %s: %v", pod, err)
+	}
+	return strings.Contains(strings.ToLower(logs), leaseAcquired)
+}
+
+// TestMultiNodeControllerDrain: a plain drain of the node of kdefer's
+// leader does not pause runs. The budget lets the drain evict one replica
+// (it completes at once); the other replica, on another node, takes the
+// Lease the evicted one released; a pod that ends after the drain gets its
+// defer run as usual.
+func TestMultiNodeControllerDrain(t *testing.T) {
+	// Not parallel: the drain evicts every pod of the node.
+	requireNodes(t, clusterenv.Require(t))
+	s := newScenario(t, "mnctl")
+	leader, standby := s.replicas()
+	node := leader.Spec.NodeName
+	if standby.Spec.NodeName == node {
+		t.Fatalf("both kdefer replicas run on %s (the chart's anti-affinity spreads them)", node)
+	}
+	w := small
+	w.mode = "wait 0"
+	job := s.job("sim", w)
+	// The Job's pod runs elsewhere: the drain is about kdefer.
+	job.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpNotIn, Values: []string{node}}},
+		}}},
+	}}
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
+
+	start := time.Now()
+	d := s.drainNode(node)
+	d.wait(t, time.Minute)
+	s.logf("drain of the leader's node %s done in %s (leader %s evicted)", node, time.Since(start).Round(time.Second), leader.Name)
+	err := clusterenv.WaitFor(s.ctx, 30*time.Second, "the standby "+standby.Name+" to take the Lease", func(context.Context) (bool, error) {
+		return s.leads(standby.Name), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logf("standby %s on %s leads %s after the drain started", standby.Name, standby.Spec.NodeName, time.Since(start).Round(time.Second))
+
+	released := time.Now()
+	s.sig.release(pod)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, time.Minute)
+	s.logf("run finished %s after its pod was let go", time.Since(released).Round(time.Second))
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	if out, err := kubectl(s.ctx, "uncordon", node); err != nil {
+		t.Fatalf("uncordon %s: %v: %s", node, err, out)
+	}
+	// Both replicas again for the scenarios after this one.
+	if out, err := kubectl(s.ctx, "-n", kdeferNS, "rollout", "status", "deployment/kdefer-controller", "--timeout=90s"); err != nil {
+		t.Fatalf("kdefer's replicas: %v: %s", err, out)
+	}
+	s.cleanUp("sim")
+}
