@@ -12,9 +12,10 @@ package main
 // of the defer pod kdefer created in the burst (same spec, labels,
 // annotations and owner; only the name and the managed label differ, so the
 // manager never sees either side of the floor). It creates each as soon as
-// its pod's end arrives, in a goroutine of its own (no queue, no reconcile,
-// no other reads or writes), through a client with the manager's QPS and
-// burst and a connection of its own, as the manager has. Its per-pod latency
+// its pod's end arrives, through a FIFO to as many goroutines as the manager
+// has workers (no reconcile, no other reads or writes), through a client with
+// the manager's QPS and burst and a connection of its own, as the manager
+// has. Its per-pod latency
 // is kdefer's: from the status write that ends the pod to the bench's watch
 // seeing the created pod.
 
@@ -23,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,10 +190,11 @@ func (f *floor) startReactor(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	fc, err := client.New(fcfg, client.Options{Scheme: scheme.New(), HTTPClient: hc})
+	fcc, err := client.NewWithWatch(fcfg, client.Options{Scheme: scheme.New(), HTTPClient: hc})
 	if err != nil {
 		return err
 	}
+	fc := patient(fcc)
 	inf, err := cache.New(fcfg, cache.Options{Scheme: scheme.New(), HTTPClient: hc, ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{labelFloor: floorTrigger})},
 	}})
@@ -201,6 +204,23 @@ func (f *floor) startReactor(ctx context.Context, cfg *rest.Config) error {
 	pods, err := inf.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return err
+	}
+	// As many creates at a time as the manager has workers: a thousand at
+	// once only make a starved apiserver time some of them out.
+	n := *workers
+	if n <= 0 {
+		n = 32 // controller.Options.Workers' default
+	}
+	todo := make(chan *corev1.Pod, len(f.names))
+	for range n {
+		go func() {
+			for pod := range todo {
+				if err := fc.Create(ctx, pod); err != nil {
+					f.failed.set(fmt.Errorf("creating %s: %w", pod.Name, err))
+				}
+				f.marks.ended(strings.TrimSuffix(pod.Name, "-defer") + "-created")
+			}
+		}()
 	}
 	var created sync.Map
 	_, err = pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) {
@@ -215,12 +235,7 @@ func (f *floor) startReactor(ctx context.Context, cfg *rest.Config) error {
 		f.mu.Lock()
 		pod := f.tmpl[p.Name].DeepCopy()
 		f.mu.Unlock()
-		go func() {
-			if err := fc.Create(ctx, pod); err != nil {
-				f.failed.set(fmt.Errorf("creating %s: %w", pod.Name, err))
-			}
-			f.marks.ended(p.Name + "-created")
-		}()
+		todo <- pod
 	}})
 	if err != nil {
 		return err

@@ -89,7 +89,7 @@ var (
 	podsPerJob = flag.Int("pods-per-job", 100, "managed pods per Job")
 	verbose    = flag.Bool("v", false, "manager logs on stderr")
 	queues     = flag.Bool("queues", false, "log the controllers' workqueue depths every second")
-	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed")
+	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed (and to FILE.burst after the burst)")
 	creds      = flag.Bool("credentials", false, "managed pods name a credentials Secret (the run checks it exists before its defer pod)")
 	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst here")
 	apiProfile = flag.String("apiserver-cpuprofile", "", "write a CPU profile of the kube-apiserver during the burst here")
@@ -148,10 +148,11 @@ func run() error {
 	}
 	defer func() { _ = te.Stop() }()
 	cfg.QPS, cfg.Burst = 5000, 10000
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	cc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return err
 	}
+	c := patient(cc)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -354,6 +355,9 @@ func run() error {
 	if *memProfile != "" {
 		f, _ := os.Create(*memProfile + ".goroutines")
 		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+		f.Close()
+		f, _ = os.Create(*memProfile + ".burst")
+		_ = pprof.WriteHeapProfile(f)
 		f.Close()
 	}
 	floorP99, ratio := "", ""
