@@ -328,6 +328,10 @@ func run() error {
 		}
 		cpu1, wall := cpuTimes(), time.Since(wall0)
 		logf("burst: %s wall, CPU seconds %s", wall.Round(time.Millisecond), cpuDelta(cpu0, cpu1))
+		// What the floor does not do: run status writes (held off while
+		// defer pods are created fast) and Events, competing with the
+		// burst's creations for the apiserver.
+		logf("burst: %d run status writes before its last defer pod was seen", writes.Total("update", "DeferRun/status"))
 		// Let the burst's bookkeeping (trigger and StagingOut status)
 		// finish before the steady phase, which measures an idle
 		// controller.
