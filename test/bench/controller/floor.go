@@ -196,7 +196,14 @@ func (f *floor) startReactor(ctx context.Context, cfg *rest.Config) error {
 	}
 	fc := patient(fcc)
 	inf, err := cache.New(fcfg, cache.Options{Scheme: scheme.New(), HTTPClient: hc, ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{labelFloor: floorTrigger})},
+		// Only what it reads: its cache is in the heap heap_mib measures.
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{labelFloor: floorTrigger}), Transform: func(o any) (any, error) {
+			if p, ok := o.(*corev1.Pod); ok {
+				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
+					Status: corev1.PodStatus{Phase: p.Status.Phase}}, nil
+			}
+			return o, nil
+		}},
 	}})
 	if err != nil {
 		return err

@@ -23,8 +23,10 @@
 //
 //	RESULT bench=controller-Nnodes p50_ms=.. p99_ms=.. floor_p99_ms=.. floor_ratio=.. heap_mib=.. mgr_cpu_s_per_1k_arm=.. mgr_cpu_s_per_1k_burst=..
 //
-// heap_mib: the manager's heap growth from before the nodes exist to after
-// the burst's bookkeeping (nodes, pods, runs and defer pods cached).
+// heap_mib: the process's heap growth from before the nodes exist to after
+// the burst's bookkeeping: the manager's (nodes, pods, runs and defer pods
+// cached), the bench's own watches and the floor's reactor holding only
+// metadata or less.
 package main
 
 import (
@@ -91,7 +93,7 @@ var (
 	queues     = flag.Bool("queues", false, "log the controllers' workqueue depths every second")
 	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed (and to FILE.burst after the burst)")
 	creds      = flag.Bool("credentials", false, "managed pods name a credentials Secret (the run checks it exists before its defer pod)")
-	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst here")
+	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst and its bookkeeping here (go tool pprof -tagfocus=part=manager: the manager alone)")
 	apiProfile = flag.String("apiserver-cpuprofile", "", "write a CPU profile of the kube-apiserver during the burst here")
 	armWebhook = flag.Bool("arm-webhook", true, "serve the work-PVC arming webhook, as kdefer-controller does (false: the controller arms every pod)")
 	nNodes     = flag.Int("nodes", 1, "Node objects the pods are spread over (more than 1: the RESULT line is bench=controller-Nnodes)")
