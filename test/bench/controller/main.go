@@ -1,17 +1,32 @@
 // Command controller benchmarks kdefer's controller on a real kube-apiserver
 // (envtest binaries; `make bench-controller`): 10,000 managed pods watched,
-// 1,000 of them terminating at once, then a steady 20 terminations a second.
+// 1,000 of them terminating at once, then a steady 20 terminations a second,
+// then the floor (floor.go): the same burst answered by a bare client.
 // The kubelet is simulated by status writes; the manager runs with
 // kdefer-controller's defaults (workers, client-side QPS and burst). It
 // prints one line:
 //
-//	RESULT bench=controller p50_ms=.. p99_ms=.. steady_p99_ms=.. heap_mib_per_10k=.. unmanaged_heap_mib=.. writes_per_run=..
+//	RESULT bench=controller p50_ms=.. p99_ms=.. floor_p99_ms=.. floor_ratio=.. steady_p99_ms=.. heap_mib_per_10k=.. unmanaged_heap_mib=.. writes_per_run=.. mgr_cpu_s_per_1k_arm=.. mgr_cpu_s_per_1k_burst=..
 //
 // p50/p99: burst reaction time, from the status write that ends a pod to the
-// bench's watch seeing its defer pod; steady_p99: the same at the steady
-// rate; heap_mib_per_10k: the manager's heap growth per 10,000 armed pods;
-// unmanaged_heap_mib: its growth with 10,000 unmanaged pods present;
-// writes_per_run: the manager's API writes per pod, from creation to release.
+// bench's watch seeing its defer pod; floor_p99/floor_ratio: the floor's p99,
+// measured the same way, and kdefer's p99 over it; steady_p99: the same at
+// the steady rate; heap_mib_per_10k: the manager's heap growth per 10,000
+// armed pods; unmanaged_heap_mib: its growth with 10,000 unmanaged pods
+// present; writes_per_run: the manager's API writes per pod, from creation
+// to release; mgr_cpu_s_per_1k_arm/burst: the manager's CPU seconds
+// (cpuparts.go) per 1,000 pods armed, and per 1,000 runs from the pods' end
+// to their runs' StagingOut status (the burst and its bookkeeping).
+//
+// With -nodes N (N > 1) the pods are spread over N Node objects (no
+// kubelets) and the line is
+//
+//	RESULT bench=controller-Nnodes p50_ms=.. p99_ms=.. floor_p99_ms=.. floor_ratio=.. heap_mib=.. mgr_cpu_s_per_1k_arm=.. mgr_cpu_s_per_1k_burst=..
+//
+// heap_mib: the process's heap growth from before the nodes exist to after
+// the burst's bookkeeping: the manager's (nodes, pods, runs and defer pods
+// cached), the bench's own watches and the floor's reactor holding only
+// metadata or less.
 package main
 
 import (
@@ -76,11 +91,13 @@ var (
 	podsPerJob = flag.Int("pods-per-job", 100, "managed pods per Job")
 	verbose    = flag.Bool("v", false, "manager logs on stderr")
 	queues     = flag.Bool("queues", false, "log the controllers' workqueue depths every second")
-	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed")
+	memProfile = flag.String("memprofile", "", "write a heap profile here once every pod is armed (and to FILE.burst after the burst)")
 	creds      = flag.Bool("credentials", false, "managed pods name a credentials Secret (the run checks it exists before its defer pod)")
-	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst here")
+	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the bench process (manager included) during the burst and its bookkeeping here (go tool pprof -tagfocus=part=manager: the manager alone)")
 	apiProfile = flag.String("apiserver-cpuprofile", "", "write a CPU profile of the kube-apiserver during the burst here")
 	armWebhook = flag.Bool("arm-webhook", true, "serve the work-PVC arming webhook, as kdefer-controller does (false: the controller arms every pod)")
+	nNodes     = flag.Int("nodes", 1, "Node objects the pods are spread over (more than 1: the RESULT line is bench=controller-Nnodes)")
+	noFloor    = flag.Bool("no-floor", false, "skip the floor (no floor_ratio)")
 )
 
 const (
@@ -133,24 +150,16 @@ func run() error {
 	}
 	defer func() { _ = te.Stop() }()
 	cfg.QPS, cfg.Burst = 5000, 10000
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	cc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return err
 	}
+	c := patient(cc)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
-	if err := c.Create(ctx, node); err != nil {
-		return err
-	}
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if err := c.Status().Update(ctx, node); err != nil {
-		return err
-	}
-
 	// The manager, with its writes counted.
 	steadyN := int(steadyFor.Seconds()) * *steadyRate
 	writes := &ct.WriteCounter{Keep: func(w ct.Write) bool {
@@ -166,40 +175,41 @@ func run() error {
 	// by default.
 	mcfg := *cfg
 	app.ClientLimits(&mcfg, *qps, *burstLimit)
+	ownConnection(&mcfg)
 	hooks := webhook.Options{Disabled: true}
 	if wio := te.WebhookInstallOptions; *armWebhook {
 		hooks = webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir, CertMode: webhook.CertModeExternal}
 	}
-	mgr, err := app.NewManager(ctx, &mcfg, app.ManagerOptions{
-		MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: hooks,
-		Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:bench"}, Workers: *workers},
+	// Built and started under the profile label part=manager, which every
+	// goroutine it starts inherits (cpuparts.go).
+	var mgr ctrl.Manager
+	pprof.Do(ctx, pprof.Labels("part", "manager"), func(ctx context.Context) {
+		mgr, err = app.NewManager(ctx, &mcfg, app.ManagerOptions{
+			MetricsAddr: "0", ProbeAddr: "0", NewClient: writes.NewClient, Webhook: hooks,
+			Options: controller.Options{DeferPod: controller.DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:bench"}, Workers: *workers},
+		})
+		if err != nil {
+			return
+		}
+		go func() {
+			if err := mgr.Start(ctx); err != nil {
+				logf("manager: %v", err)
+			}
+		}()
 	})
 	if err != nil {
 		return err
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			logf("manager: %v", err)
-		}
-	}()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		return fmt.Errorf("manager caches did not sync")
 	}
 
-	// The bench's own watch: defer pods appearing, runs armed and finished.
+	// The bench's own watches: defer pods appearing, and the floor's pods.
 	seen := newWatcher()
-	wc, err := cache.New(cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelManaged: v1.ManagedDeferPod})},
-	}})
-	if err != nil {
-		return err
-	}
-	if err := seen.watch(ctx, wc); err != nil {
-		return err
-	}
-	go func() { _ = wc.Start(ctx) }()
-	if !wc.WaitForCacheSync(ctx) {
-		return fmt.Errorf("bench cache did not sync")
+	for _, sel := range []labels.Set{{v1.LabelManaged: v1.ManagedDeferPod}, {labelFloor: floorPod}} {
+		if err := seen.watch(ctx, cfg, labels.SelectorFromSet(sel)); err != nil {
+			return err
+		}
 	}
 
 	if *queues {
@@ -225,9 +235,20 @@ func run() error {
 		}()
 	}
 	h0 := heapMiB()
+	logf("creating %d nodes", *nNodes)
+	if err := parallel(*nNodes, 16, func(i int) error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i)}}
+		if err := c.Create(ctx, node); err != nil {
+			return err
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return c.Status().Update(ctx, node)
+	}); err != nil {
+		return err
+	}
 	logf("creating %d unmanaged pods", *nUnmanaged)
 	if err := parallel(*nUnmanaged, 32, func(i int) error {
-		p := kt.MakePod(fmt.Sprintf("u-%05d", i), ns).OnNode("n1").NoFinalizer().Obj()
+		p := kt.MakePod(fmt.Sprintf("u-%05d", i), ns).OnNode(nodeName(i)).NoFinalizer().Obj()
 		p.UID, p.Labels, p.Annotations, p.Status = "", nil, nil, corev1.PodStatus{}
 		p.Spec.Volumes, p.Spec.Containers[0].VolumeMounts = nil, nil
 		return c.Create(ctx, p)
@@ -261,9 +282,132 @@ func run() error {
 		return err
 	}
 	start := time.Now()
+	armCPU, err := profileParts("", func() error { return createManaged(ctx, c, writes, jobUIDs, start) })
+	if err != nil {
+		return err
+	}
+	h2 := heapMiB()
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return err
+		}
+		f.Close()
+	}
+	perTenK := (h2 - h1) * 10000 / float64(*nPods)
+	logf("heap %.1f MiB with %d armed pods; arming CPU seconds: %s", h2, *nPods, partsString(armCPU))
+
+	burst := make([]int, *nBurst)
+	for i := range burst {
+		burst[i] = i
+	}
+	var fl *floor
+	if !*noFloor {
+		if fl, err = prepareFloor(ctx, cfg, c, burst, jobUIDs); err != nil {
+			return err
+		}
+		time.Sleep(3 * time.Second) // let the apiserver settle after the creations
+	}
+
+	// Burst: nBurst pods end at once.
+	logf("terminating %d pods at once", *nBurst)
+	apiProf := make(chan error, 1)
+	if *apiProfile != "" {
+		go func() { apiProf <- profileAPIServer(ctx, cfg, *apiProfile, 8) }()
+		time.Sleep(200 * time.Millisecond)
+	}
+	burstNames := names(podName, burst)
+	burstCPU, err := profileParts(*cpuProfile, func() error {
+		cpu0, wall0 := cpuTimes(), time.Now()
+		if err := terminate(ctx, c, seen, burstNames, 64); err != nil {
+			return err
+		}
+		if err := waitFor(ctx, 5*time.Minute, func() bool { return seen.count(burstNames) == len(burst) }); err != nil {
+			return fmt.Errorf("burst: %d of %d defer pods: %w", seen.count(burstNames), len(burst), err)
+		}
+		cpu1, wall := cpuTimes(), time.Since(wall0)
+		logf("burst: %s wall, CPU seconds %s", wall.Round(time.Millisecond), cpuDelta(cpu0, cpu1))
+		// What the floor does not do: run status writes (held off while
+		// defer pods are created fast) and Events, competing with the
+		// burst's creations for the apiserver.
+		logf("burst: %d run status writes before its last defer pod was seen", writes.Total("update", "DeferRun/status"))
+		// Let the burst's bookkeeping (trigger and StagingOut status)
+		// finish before the steady phase, which measures an idle
+		// controller.
+		if err := waitFor(ctx, 5*time.Minute, func() bool {
+			return writes.Total("update", "DeferRun/status") >= len(burst)
+		}); err != nil {
+			return fmt.Errorf("burst bookkeeping: %w", err)
+		}
+		logf("burst bookkeeping done: CPU seconds %s", cpuDelta(cpu0, cpuTimes()))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if *apiProfile != "" {
+		if err := <-apiProf; err != nil {
+			return fmt.Errorf("apiserver profile: %w", err)
+		}
+	}
+	bl := seen.latencies(burstNames)
+	logf("burst: p50 %s p99 %s max %s", pct(bl, 50), pct(bl, 99), pct(bl, 100))
+	logf("burst and bookkeeping: CPU seconds by part %s", partsString(burstCPU))
+	h3 := heapMiB()
+	logf("heap %.1f MiB after the burst", h3)
+	if *memProfile != "" {
+		f, _ := os.Create(*memProfile + ".goroutines")
+		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+		f.Close()
+		f, _ = os.Create(*memProfile + ".burst")
+		_ = pprof.WriteHeapProfile(f)
+		f.Close()
+	}
+	floorP99, ratio := "", ""
+	if fl != nil {
+		res, err := fl.run(ctx, c, seen)
+		if err != nil {
+			return err
+		}
+		logf("floor: p50 %s p99 %s max %s, %s wall, CPU seconds by part %s", pct(res.latencies, 50), pct(res.latencies, 99), pct(res.latencies, 100), res.wall.Round(time.Millisecond), partsString(res.cpu))
+		logf("floor: end seen by the reactor p50 %s p99 %s; create returned p50 %s p99 %s", pct(res.seen, 50), pct(res.seen, 99), pct(res.created, 50), pct(res.created, 99))
+		floorP99 = fmt.Sprintf(" floor_p99_ms=%d", pct(res.latencies, 99).Milliseconds())
+		ratio = fmt.Sprintf(" floor_ratio=%.2f", float64(pct(bl, 99))/float64(pct(res.latencies, 99)))
+	}
+	mgrCPU := fmt.Sprintf("mgr_cpu_s_per_1k_arm=%.2f mgr_cpu_s_per_1k_burst=%.2f",
+		armCPU["manager"]*1000/float64(*nPods), burstCPU["manager"]*1000/float64(len(burst)))
+
+	steady := make([]int, 0, steadyN)
+	for i := 0; i < steadyN && *nBurst+i < *nPods; i++ {
+		steady = append(steady, *nBurst+i)
+	}
+	var sl []time.Duration
+	var perRun float64
+	if len(steady) > 0 {
+		if sl, perRun, err = steadyPhase(ctx, c, seen, writes, steady); err != nil {
+			return err
+		}
+	}
+
+	if *nNodes > 1 {
+		fmt.Printf("RESULT bench=controller-%dnodes p50_ms=%d p99_ms=%d%s%s heap_mib=%.1f %s\n",
+			*nNodes, pct(bl, 50).Milliseconds(), pct(bl, 99).Milliseconds(), floorP99, ratio, h3-h0, mgrCPU)
+		return nil
+	}
+	fmt.Printf("RESULT bench=controller p50_ms=%d p99_ms=%d%s%s steady_p99_ms=%d heap_mib_per_10k=%.1f unmanaged_heap_mib=%.1f writes_per_run=%.1f %s\n",
+		pct(bl, 50).Milliseconds(), pct(bl, 99).Milliseconds(), floorP99, ratio, pct(sl, 99).Milliseconds(), perTenK, unmanaged, perRun, mgrCPU)
+	return nil
+}
+
+// createManaged creates the managed pods, running, with their work PVCs,
+// and waits until every one is armed.
+func createManaged(ctx context.Context, c client.Client, writes *ct.WriteCounter, jobUIDs []types.UID, start time.Time) error {
 	if err := parallel(*nPods, 32, func(i int) error {
 		j := i / *podsPerJob
-		p := kt.MakePod(podName(i), ns).OnNode("n1").OwnedByJob(fmt.Sprintf("job-%04d", j), jobUIDs[j]).Obj()
+		p := kt.MakePod(podName(i), ns).OnNode(nodeName(i)).OwnedByJob(fmt.Sprintf("job-%04d", j), jobUIDs[j]).Obj()
 		p.UID, p.Status = "", corev1.PodStatus{}
 		if *creds {
 			p.Annotations[v1.AnnotationCredentials] = benchSecret
@@ -279,87 +423,37 @@ func run() error {
 		return err
 	}
 	logf("created in %s; waiting for every pod to be armed", time.Since(start).Round(time.Millisecond))
+	var listed time.Time
 	if err := waitFor(ctx, 10*time.Minute, func() bool {
 		// The webhook arms a pod with one write, the controller with two
 		// (the run, then the PVC's second owner).
-		return writes.Total("create", "DeferRun") >= *nPods &&
+		if writes.Total("create", "DeferRun") >= *nPods &&
+			(*armWebhook || writes.Total("patch", "PersistentVolumeClaim") >= *nPods) {
+			return true
+		}
+		// A webhook call the apiserver gave up on (a loaded machine) may
+		// still have created its run, which the manager's client then
+		// counted as failed: count the runs themselves now and then.
+		if time.Since(listed) < 5*time.Second {
+			return false
+		}
+		listed = time.Now()
+		runs := &metav1.PartialObjectMetadataList{}
+		runs.SetGroupVersionKind(v1.GroupVersion.WithKind("DeferRunList"))
+		return c.List(ctx, runs, client.InNamespace(ns)) == nil && len(runs.Items) >= *nPods &&
 			(*armWebhook || writes.Total("patch", "PersistentVolumeClaim") >= *nPods)
 	}); err != nil {
 		return fmt.Errorf("arming: %w", err)
 	}
 	logf("armed in %s", time.Since(start).Round(time.Millisecond))
-	h2 := heapMiB()
-	if *memProfile != "" {
-		f, err := os.Create(*memProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.WriteHeapProfile(f); err != nil {
-			return err
-		}
-		f.Close()
-	}
-	perTenK := (h2 - h1) * 10000 / float64(*nPods)
-	logf("heap %.1f MiB with %d armed pods", h2, *nPods)
+	return nil
+}
 
-	// Burst: nBurst pods end at once.
-	logf("terminating %d pods at once", *nBurst)
-	burst := make([]int, *nBurst)
-	for i := range burst {
-		burst[i] = i
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-	}
-	apiProf := make(chan error, 1)
-	if *apiProfile != "" {
-		go func() { apiProf <- profileAPIServer(ctx, cfg, *apiProfile, 8) }()
-		time.Sleep(200 * time.Millisecond)
-	}
-	cpu0, wall0 := cpuTimes(), time.Now()
-	if err := terminate(ctx, c, seen, burst, 64); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, 5*time.Minute, func() bool { return seen.count(burst) == len(burst) }); err != nil {
-		return fmt.Errorf("burst: %d of %d defer pods: %w", seen.count(burst), len(burst), err)
-	}
-	cpu1, wall := cpuTimes(), time.Since(wall0)
-	if *cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	if *apiProfile != "" {
-		if err := <-apiProf; err != nil {
-			return fmt.Errorf("apiserver profile: %w", err)
-		}
-	}
-	bl := seen.latencies(burst)
-	logf("burst: p50 %s p99 %s max %s", pct(bl, 50), pct(bl, 99), pct(bl, 100))
-	logf("burst: %s wall, CPU seconds %s", wall.Round(time.Millisecond), cpuDelta(cpu0, cpu1))
-	// Let the burst's bookkeeping (trigger and StagingOut status) finish
-	// before the steady phase, which measures an idle controller.
-	if err := waitFor(ctx, 5*time.Minute, func() bool {
-		return writes.Total("update", "DeferRun/status") >= len(burst)
-	}); err != nil {
-		return fmt.Errorf("burst bookkeeping: %w", err)
-	}
-	logf("burst bookkeeping done")
-	if *memProfile != "" {
-		f, _ := os.Create(*memProfile + ".goroutines")
-		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
-		f.Close()
-	}
-
+// steadyPhase ends the steady pods at steadyRate a second, then finishes
+// their defer pods, and returns their reaction times and the manager's
+// writes per run.
+func steadyPhase(ctx context.Context, c client.Client, seen *watcher, writes *ct.WriteCounter, steady []int) ([]time.Duration, float64, error) {
 	// Steady: steadyRate terminations a second.
-	steady := make([]int, 0, steadyN)
-	for i := 0; i < steadyN && *nBurst+i < *nPods; i++ {
-		steady = append(steady, *nBurst+i)
-	}
 	logf("terminating %d pods at %d/s", len(steady), *steadyRate)
 	tick := time.NewTicker(time.Second / time.Duration(*steadyRate))
 	var wg sync.WaitGroup
@@ -368,17 +462,18 @@ func run() error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			if err := terminate(ctx, c, seen, []int{i}, 1); err != nil {
+			if err := terminate(ctx, c, seen, []string{podName(i)}, 1); err != nil {
 				logf("terminate %d: %v", i, err)
 			}
 		}(i)
 	}
 	tick.Stop()
 	wg.Wait()
-	if err := waitFor(ctx, 2*time.Minute, func() bool { return seen.count(steady) == len(steady) }); err != nil {
-		return fmt.Errorf("steady: %w", err)
+	steadyNames := names(podName, steady)
+	if err := waitFor(ctx, 2*time.Minute, func() bool { return seen.count(steadyNames) == len(steady) }); err != nil {
+		return nil, 0, fmt.Errorf("steady: %w", err)
 	}
-	sl := seen.latencies(steady)
+	sl := seen.latencies(steadyNames)
 	logf("steady: p50 %s p99 %s", pct(sl, 50), pct(sl, 99))
 
 	// Finish the steady phase's defer pods and count the writes of those
@@ -401,16 +496,13 @@ func run() error {
 			}
 		}
 	}); err != nil {
-		return err
+		return nil, 0, err
 	}
 	if err := waitFor(ctx, 3*time.Minute, func() bool { return released(ctx, c, steady) }); err != nil {
-		return fmt.Errorf("release: %w", err)
+		return nil, 0, fmt.Errorf("release: %w", err)
 	}
 	time.Sleep(2 * time.Second) // let the Job summaries settle
-	perRun := writesPerRun(writes.Writes(), steady)
-	fmt.Printf("RESULT bench=controller p50_ms=%d p99_ms=%d steady_p99_ms=%d heap_mib_per_10k=%.1f unmanaged_heap_mib=%.1f writes_per_run=%.1f\n",
-		pct(bl, 50).Milliseconds(), pct(bl, 99).Milliseconds(), pct(sl, 99).Milliseconds(), perTenK, unmanaged, perRun)
-	return nil
+	return sl, writesPerRun(writes.Writes(), steady), nil
 }
 
 // profileAPIServer writes a CPU profile of the kube-apiserver (its
@@ -454,10 +546,23 @@ func armWebhookConfig() (*admissionregistrationv1.MutatingWebhookConfiguration, 
 
 func podName(i int) string { return fmt.Sprintf("m-%05d", i) }
 
-// terminate writes the Succeeded status of the pods, as the kubelet would.
-func terminate(ctx context.Context, c client.Client, seen *watcher, idx []int, par int) error {
-	return parallel(len(idx), par, func(k int) error {
-		name := podName(idx[k])
+// nodeName is the node of pod i (and node i): round robin over -nodes.
+func nodeName(i int) string { return fmt.Sprintf("n%d", i%*nNodes+1) }
+
+// names maps pod indexes to pod names.
+func names(name func(int) string, idx []int) []string {
+	out := make([]string, len(idx))
+	for k, i := range idx {
+		out[k] = name(i)
+	}
+	return out
+}
+
+// terminate writes the Succeeded status of the pods, as the kubelet would,
+// and notes when each write returned: the start of its reaction time.
+func terminate(ctx context.Context, c client.Client, seen *watcher, pods []string, par int) error {
+	return parallel(len(pods), par, func(k int) error {
+		name := pods[k]
 		for {
 			p := &corev1.Pod{}
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
@@ -537,21 +642,37 @@ func newWatcher() *watcher {
 	return &watcher{end: map[string]time.Time{}, added: map[string]time.Time{}}
 }
 
-func (w *watcher) watch(ctx context.Context, c cache.Cache) error {
-	inf, err := c.GetInformer(ctx, &corev1.Pod{})
+// watch notes when pods matching sel first appear, through a watch of
+// their metadata only: decoding whole pods made the bench's own watch the
+// tail of a fast burst on a loaded machine (a thousand pods created in 5 s
+// were seen over 30 s), which penalises whichever side creates faster.
+func (w *watcher) watch(ctx context.Context, cfg *rest.Config, sel labels.Selector) error {
+	pods := &metav1.PartialObjectMetadata{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{pods: {Label: sel}}})
 	if err != nil {
 		return err
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
-		if p, ok := obj.(*corev1.Pod); ok {
+	inf, err := c.GetInformer(ctx, pods)
+	if err != nil {
+		return err
+	}
+	if _, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		if p, ok := obj.(*metav1.PartialObjectMetadata); ok {
 			w.mu.Lock()
 			if _, dup := w.added[p.Name]; !dup {
 				w.added[p.Name] = time.Now()
 			}
 			w.mu.Unlock()
 		}
-	}})
-	return err
+	}}); err != nil {
+		return err
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return fmt.Errorf("bench cache did not sync")
+	}
+	return nil
 }
 
 func (w *watcher) ended(deferPod string) {
@@ -560,24 +681,46 @@ func (w *watcher) ended(deferPod string) {
 	w.mu.Unlock()
 }
 
-func (w *watcher) count(idx []int) int {
+// since are the durations from each pod's end (in ends) to this watcher's
+// end mark name+suffix, sorted.
+func (w *watcher) since(ends *watcher, pods []string, suffix string) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ends.mu.Lock()
+	defer ends.mu.Unlock()
+	var out []time.Duration
+	for _, pod := range pods {
+		t, ok1 := w.end[pod+suffix]
+		e, ok2 := ends.end[pod+"-defer"]
+		if ok1 && ok2 {
+			out = append(out, t.Sub(e))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// count is how many of the pods' defer pods (or floor pods) appeared.
+func (w *watcher) count(pods []string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
-	for _, i := range idx {
-		if _, ok := w.added[podName(i)+"-defer"]; ok {
+	for _, name := range pods {
+		if _, ok := w.added[name+"-defer"]; ok {
 			n++
 		}
 	}
 	return n
 }
 
-func (w *watcher) latencies(idx []int) []time.Duration {
+// latencies are the pods' reaction times, sorted: from the status write
+// that ended each to its defer pod (or floor pod) appearing.
+func (w *watcher) latencies(pods []string) []time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []time.Duration
-	for _, i := range idx {
-		name := podName(i) + "-defer"
+	for _, pod := range pods {
+		name := pod + "-defer"
 		a, ok1 := w.added[name]
 		e, ok2 := w.end[name]
 		if ok1 && ok2 {
