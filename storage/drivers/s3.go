@@ -40,16 +40,16 @@ type s3Backend struct {
 }
 
 func openS3(_ context.Context, loc storage.Location, opts storage.OpenOptions) (storage.Backend, error) {
+	cfg, err := resolveS3Config(loc.Query)
+	if err != nil {
+		return nil, err
+	}
 	// minio-go checks the bucket name on the client, per request, with a
 	// plain error that classifies as transient: a bad name was retried until
 	// the deadline. Refuse it once, here, as what it is.
 	if err := s3utils.CheckValidBucketName(loc.Bucket); err != nil {
 		return nil, storage.Permanentf("fix the bucket name in the URL (3 to 63 characters: letters, digits, dots, hyphens)",
 			"s3 bucket %q: %v", loc.Bucket, err)
-	}
-	cfg, err := resolveS3Config(loc.Query)
-	if err != nil {
-		return nil, err
 	}
 	tr, err := cfg.transport(opts)
 	if err != nil {
