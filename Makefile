@@ -21,6 +21,10 @@ FUZZTIME ?= 10000x
 export CGO_ENABLED ?= 0
 export GOFLAGS ?= -trimpath
 
+# KUBE_VERSION=v1.MINOR.PATCH (any release the Go module proxy serves) runs
+# the cluster, envtest and e2e on that Kubernetes; the default is the newest,
+# set in $(TOOLS). Each minor has a wrapper module in test/tools/kube.
+KUBE_NEWEST_WRAPPER := $(shell ls -d test/tools/kube/v1.* | sort -V | tail -1)
 export KDEFER_KUBE_DIR = $(shell $(TOOLS) path kube)
 export KDEFER_ETCD_DIR = $(shell $(TOOLS) path etcd)
 export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
@@ -108,6 +112,10 @@ verify: generate lint
 	@# helm lint and helm template of deploy/helm/kdefer, in-process (helm's Go
 	@# packages: no helm binary to build), against kustomize's build of deploy/
 	$(GO) test -count=1 ./test/helmchart
+	@# The newest Kubernetes wrapper module on kdefer's versions of every module
+	@# both builds compile, so the kube build reuses kdefer's build cache (a
+	@# kdefer bump without `test/tools/kube/gen.sh VERSION DIR --align` fails here).
+	test/tools/kube/shared.sh check $(KUBE_NEWEST_WRAPPER)
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 

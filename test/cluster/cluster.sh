@@ -152,8 +152,9 @@ up() {
 	[ ${#DIR} -le 60 ] || die "KDEFER_CLUSTER_DIR=$DIR is too long for unix socket paths (max 60 characters): set a shorter one"
 	deps
 	binaries
-	# Already up and healthy with as many nodes: keep it (and its objects); import changed images.
-	if ((NODES == want)) && all_alive &&
+	# Already up and healthy with as many nodes, on the same Kubernetes and
+	# etcd (KUBE_VERSION): keep it (and its objects); import changed images.
+	if ((NODES == want)) && [ "$(cat "$DIR/binaries" 2>/dev/null)" = "$(kube_dir) $(etcd_dir)" ] && all_alive &&
 		kubectl wait --for=condition=Ready $(node_names | sed 's#^#node/#') --timeout=5s >/dev/null 2>&1; then
 		load_images
 		log "cluster already up (fresh start: cluster.sh down && cluster.sh up); export KUBECONFIG=$KUBECONFIG_ADMIN"
@@ -171,6 +172,7 @@ up() {
 	if [ -d "$LOGS" ]; then rm -rf "$LOGS.prev"; mv "$LOGS" "$LOGS.prev"; fi
 	mkdir -p "$RUN" "$LOGS"
 	echo "$NODES" >"$DIR/node-count"
+	echo "$(kube_dir) $(etcd_dir)" >"$DIR/binaries"
 	# Fixed paths outside the state dir that components create: removed by down when empty.
 	for c in /var/lib/cni /var/log/containers /run/containerd /var/lib/kubelet; do
 		[ -e "$c" ] || echo "$c" >>"$DIR/host-dirs"

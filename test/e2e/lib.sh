@@ -13,7 +13,7 @@ E2E_REGISTRY=${KDEFER_REGISTRY:-10.88.0.1:5000}
 E2E_ACCESS_KEY=kdefertest
 E2E_SECRET_KEY=kdefertest-secret-key
 
-# The cluster's own kubectl (v1.34.4, built with it) when cluster.sh env set it.
+# The cluster's own kubectl (KUBE_VERSION's, built with it) when cluster.sh env set it.
 kubectl() { command "${KDEFER_KUBECTL:-kubectl}" "$@"; }
 
 log() { printf '[%s %s] %s\n' "${LOG_TAG:-e2e}" "$(date +%H:%M:%S)" "$*" >&2; }

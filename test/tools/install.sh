@@ -13,12 +13,31 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tools="${KDEFER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kdefer/tools}"
 
-KUBE_VERSION=v1.34.4
+# The Kubernetes release the cluster, envtest and e2e run: the newest the
+# module proxy serves by default; KUBE_VERSION=v1.34.4 (any release the proxy
+# serves) for another. Each minor release has a committed wrapper module
+# (test/tools/kube/v1.MINOR, written by test/tools/kube/gen.sh); another
+# patch release is generated into the tools cache, once.
+KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
+[[ $KUBE_VERSION =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || { echo "[tools] KUBE_VERSION=$KUBE_VERSION is not v1.MINOR.PATCH" >&2; exit 2; }
+KUBE_MINOR=${BASH_REMATCH[1]}
+
+# kube_wrapper: the directory of the wrapper module for KUBE_VERSION.
+kube_wrapper() {
+	local d="$root/test/tools/kube/v1.$KUBE_MINOR"
+	if awk -v v="$KUBE_VERSION" '$1 == "k8s.io/kubernetes" && $2 == v { f = 1 } END { exit !f }' "$d/go.mod" 2>/dev/null; then
+		echo "$d"; return
+	fi
+	d="$tools/wrappers/kube-$KUBE_VERSION"
+	[ -s "$d/go.sum" ] || "$root/test/tools/kube/gen.sh" "$KUBE_VERSION" "$d" >&2
+	echo "$d"
+}
+
 # etcd is built from the Kubernetes wrapper module, at the release Kubernetes
 # itself requires (its go.mod is the one source of the version): the two
 # share grpc, protobuf, OpenTelemetry and Prometheus at the same versions, so
 # etcd costs ~40 CPU-seconds on top of Kubernetes instead of ~200 alone.
-ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$root/test/tools/kube/go.mod")
+etcd_version() { awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$(kube_wrapper)/go.mod"; }
 # MinIO has no semver tags; @latest resolves to a moving master pseudo-version.
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 MC_VERSION=v0.0.0-20250313080218-cf909e1063a9
@@ -29,7 +48,7 @@ AZURITE_VERSION=3.37.0
 dir_of() {
 	case "$1" in
 	kube) echo "$tools/kube-$KUBE_VERSION" ;;
-	etcd) echo "$tools/etcd-$ETCD_VERSION" ;;
+	etcd) echo "$tools/etcd-$(etcd_version)" ;;
 	minio) echo "$tools/minio-$MINIO_VERSION" ;;
 	mc) echo "$tools/mc-$MC_VERSION" ;;
 	s5cmd) echo "$tools/s5cmd-$S5CMD_VERSION" ;;
@@ -64,15 +83,14 @@ have() {
 
 build_kube() {
 	have kube kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl && return 0
-	local d v=${KUBE_VERSION#v}; d=$(dir_of kube)
-	local minor=${v#*.}; minor=${minor%%.*}
+	local d w; d=$(dir_of kube); w=$(kube_wrapper)
 	local ld="-s -w"
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		ld="$ld -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+		ld="$ld -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$KUBE_MINOR -X $p.gitTreeState=clean"
 	done
-	log "building kubernetes $KUBE_VERSION (cold: ~20 CPU-minutes)"
+	log "building kubernetes $KUBE_VERSION from $w (cold: ~20 CPU-minutes)"
 	mkdir -p "$d.tmp"
-	(cd "$root/test/tools/kube" && timed "kubernetes $KUBE_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$d.tmp/" \
+	(cd "$w" && timed "kubernetes $KUBE_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$d.tmp/" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
 	rm -rf "$d"; mv "$d.tmp" "$d"
@@ -81,9 +99,10 @@ build_kube() {
 build_etcd() {
 	have etcd etcd && return 0
 	local d; d=$(dir_of etcd)
-	log "building etcd $ETCD_VERSION"
+	local v w; v=$(etcd_version); w=$(kube_wrapper)
+	log "building etcd $v"
 	mkdir -p "$d.tmp"
-	(cd "$root/test/tools/kube" && timed "etcd $ETCD_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/etcd" go.etcd.io/etcd/server/v3)
+	(cd "$w" && timed "etcd $v" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/etcd" go.etcd.io/etcd/server/v3)
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 

@@ -116,7 +116,7 @@ cleanup() {
 		rm -f "$DIR/host-dirs"
 	fi
 	# Cluster state goes; certificates, images (containerd root) and the last logs stay.
-	rm -rf "$DIR/etcd" "$RUN" "$DIR/node-count" "$DIR/shared"
+	rm -rf "$DIR/etcd" "$RUN" "$DIR/node-count" "$DIR/shared" "$DIR/binaries"
 	for i in $nodes; do
 		node_ctx "$i"
 		rm -rf "$NDIR/kubelet" "$NDIR/pod-logs" "$NDIR/pv" "$NDIR/containerd/state" "$NDIR/cni/ipam" "$NDIR/run"
