@@ -112,10 +112,11 @@ verify: generate lint
 	@# helm lint and helm template of deploy/helm/kdefer, in-process (helm's Go
 	@# packages: no helm binary to build), against kustomize's build of deploy/
 	$(GO) test -count=1 ./test/helmchart
-	@# The newest Kubernetes wrapper module on kdefer's versions of every module
-	@# both builds compile, so the kube build reuses kdefer's build cache (a
-	@# kdefer bump without `test/tools/kube/gen.sh VERSION DIR --align` fails here).
+	@# The newest Kubernetes wrapper module and MinIO's on kdefer's versions of
+	@# every module both builds compile, so the tool builds reuse kdefer's build
+	@# cache (a kdefer bump without `test/tools/kube/shared.sh align DIR` fails here).
 	test/tools/kube/shared.sh check $(KUBE_NEWEST_WRAPPER)
+	test/tools/kube/shared.sh check test/tools/minio
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 

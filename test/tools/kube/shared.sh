@@ -26,8 +26,10 @@ export CGO_ENABLED=0 GOFLAGS=-trimpath
 # kdefer's build and tests (main) or to the kube+etcd build (wrapper): only
 # those meet in the build cache (the replacement's version for a replaced
 # module: the version that is compiled).
-kube_pkgs=(go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet)
+# The wrapper's build: the packages its go.mod lists as tools (Kubernetes'
+# binaries and etcd; MinIO in test/tools/minio).
+mapfile -t kube_pkgs < <(cd "$wrapper" && go mod edit -json | awk -F'"' '/^\t"Tool": \[/ { tool = 1; next } tool && /^\t\]/ { tool = 0 } tool && $2 == "Path" { print $4 }')
+[ ${#kube_pkgs[@]} -gt 0 ] || { echo "[kube-shared] $wrapper/go.mod lists no tool to build" >&2; exit 2; }
 modfmt='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
 modules() {
 	case "$1" in
@@ -80,7 +82,7 @@ check)
 		if older "$mine" "$theirs"; then
 			echo "[kube-shared] $path: Kubernetes needs $theirs, kdefer has $mine (not shared until kdefer moves)" >&2
 		else
-			echo "[kube-shared] $path: wrapper has $theirs, kdefer $mine: regenerate $wrapper (test/tools/kube/gen.sh VERSION DIR --align)" >&2
+			echo "[kube-shared] $path: wrapper has $theirs, kdefer $mine: run test/tools/kube/shared.sh align $wrapper" >&2
 			behind=1
 		fi
 	done < <(differing)
