@@ -27,7 +27,7 @@ export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build kubectl-kdefer test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
+.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
 
 all: build
 
@@ -159,6 +159,13 @@ bench-controller: envtest-assets
 PLATFORMS ?= linux/amd64,linux/arm64
 images:
 	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY) --platforms $(PLATFORMS) --ref-dir $(BIN)/images)
+
+## krew: the kubectl plugin's release archives (kubectl-kdefer and LICENSE for
+## linux and darwin, amd64 and arm64; reproducible) and the krew manifest that
+## names them with their SHA-256, in bin/krew: make krew VERSION=vX.Y.Z.
+krew:
+	$(if $(VERSION),,$(error VERSION=vX.Y.Z: the release the archives are for))
+	$(GO) run ./hack/krew --version $(VERSION) --out $(BIN)/krew
 
 ## cluster-up / cluster-down: a real Kubernetes cluster on this machine (NODES=3: three nodes).
 cluster-up: tools
