@@ -108,6 +108,9 @@ verify: generate lint
 	@# helm lint and helm template of deploy/helm/kdefer, in-process (helm's Go
 	@# packages: no helm binary to build), against kustomize's build of deploy/
 	$(GO) test -count=1 ./test/helmchart
+	@# every example the README names, as `kdefer lint -f examples/ -R` sees
+	@# it (the CLI in-process): exit 0 and not one warning
+	$(GO) test -count=1 -run '^TestLintExamples$$' ./cmd/kdefer
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 
