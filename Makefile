@@ -31,7 +31,7 @@ export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build kubectl-kdefer test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
+.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
 
 all: build
 
@@ -117,6 +117,9 @@ verify: generate lint
 	@# cache (a kdefer bump without `test/tools/kube/shared.sh align DIR` fails here).
 	test/tools/kube/shared.sh check $(KUBE_NEWEST_WRAPPER)
 	test/tools/kube/shared.sh check test/tools/minio
+	@# every example the README names, as `kdefer lint -f examples/ -R` sees
+	@# it (the CLI in-process): exit 0 and not one warning
+	$(GO) test -count=1 -run '^TestLintExamples$$' ./cmd/kdefer
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 
@@ -172,6 +175,13 @@ bench-controller: envtest-assets
 PLATFORMS ?= linux/amd64,linux/arm64
 images:
 	$(GO) run ./test/images --out $(BIN)/images $(if $(REGISTRY),--push $(REGISTRY) --platforms $(PLATFORMS) --ref-dir $(BIN)/images)
+
+## krew: the kubectl plugin's release archives (kubectl-kdefer and LICENSE for
+## linux and darwin, amd64 and arm64; reproducible) and the krew manifest that
+## names them with their SHA-256, in bin/krew: make krew VERSION=vX.Y.Z.
+krew:
+	$(if $(VERSION),,$(error VERSION=vX.Y.Z: the release the archives are for))
+	$(GO) run ./hack/krew --version $(VERSION) --out $(BIN)/krew
 
 ## cluster-up / cluster-down: a real Kubernetes cluster on this machine (NODES=3: three nodes).
 cluster-up: tools

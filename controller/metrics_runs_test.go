@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -71,26 +70,14 @@ func TestAlertRulesUseRealMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan *prometheus.Desc, 64)
-	for _, c := range []prometheus.Collector{Metrics.Runs, Metrics.Incomplete, Metrics.StageBytes, Metrics.Reaction, Metrics.Writes,
-		Metrics.Resumes, Metrics.Refusals, Metrics.Failures, Metrics.Duration, runGauges} {
-		c.Describe(ch)
-	}
-	close(ch)
-	exported := map[string]bool{}
-	name := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for d := range ch {
-		if m := name.FindStringSubmatch(d.String()); m != nil {
-			exported[m[1]] = true
-		}
-	}
+	exported := exportedMetrics(t)
 	used := regexp.MustCompile(`kdefer_[a-z_]+`).FindAllString(string(data), -1)
 	if len(used) == 0 {
 		t.Fatal("no kdefer_ metric in the rules")
 	}
 	for _, u := range used {
 		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(u, "_bucket"), "_count"), "_sum")
-		if !exported[base] {
+		if _, ok := exported[base]; !ok {
 			t.Errorf("the alert rules query %s, which the controller does not export", u)
 		}
 	}

@@ -10,13 +10,14 @@ import (
 
 	yaml3 "go.yaml.in/yaml/v3"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
 
-// decode decodes a Job, CronJob or DeferPolicy document strictly, as the
+// decode decodes a Job, CronJob, Pod or DeferPolicy document strictly, as the
 // apiserver does with kubectl's default --validate=strict: an unknown
 // field (a typo, or a field of a newer API) or a duplicate one is a problem
 // naming its line, or with --validate=warn a warning. Other kinds are not
@@ -30,6 +31,9 @@ func (d *document) decode(mode string) {
 	case d.isCronJob():
 		d.cronObj = &batchv1.CronJob{}
 		target = d.cronObj
+	case d.isPod():
+		d.podObj = &corev1.Pod{}
+		target = d.podObj
 	case d.isPolicy():
 		d.policy = &v1.DeferPolicy{}
 		target = d.policy
@@ -42,7 +46,7 @@ func (d *document) decode(mode string) {
 	}
 	strictErrs, err := sigsjson.UnmarshalStrict(d.json, target, sigsjson.DisallowUnknownFields, sigsjson.DisallowDuplicateFields)
 	if err != nil {
-		d.jobObj, d.cronObj, d.policy = nil, nil, nil
+		d.jobObj, d.cronObj, d.podObj, d.policy = nil, nil, nil, nil
 		d.problems = append(d.problems, d.decodeError(err))
 		return
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/resource"
 	"sigs.k8s.io/yaml"
@@ -30,7 +31,7 @@ type inputFlags struct {
 func (f *inputFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVarP(&f.Filenames, "filename", "f", nil, "file or directory with Jobs (and the DeferPolicies they name); - for stdin; repeatable")
 	cmd.Flags().BoolVarP(&f.Recursive, "recursive", "R", false, "process the directories named by -f recursively")
-	cmd.Flags().StringVar(&f.validate, "validate", validateStrict, `unknown and duplicate fields of Jobs, CronJobs and DeferPolicies: "strict" errors, "warn" warnings, "ignore"`)
+	cmd.Flags().StringVar(&f.validate, "validate", validateStrict, `unknown and duplicate fields of Jobs, CronJobs, Pods and DeferPolicies: "strict" errors, "warn" warnings, "ignore"`)
 }
 
 const (
@@ -52,15 +53,20 @@ type document struct {
 	lines lineIndex
 	// problems and warnings found while decoding (decode.go).
 	problems, warnings []string
-	// The decoded object of a Job, CronJob or DeferPolicy document (nil
-	// when it could not be decoded: problems say why).
+	// The decoded object of a Job, CronJob, Pod or DeferPolicy document
+	// (nil when it could not be decoded: problems say why).
 	jobObj  *batchv1.Job
 	cronObj *batchv1.CronJob
+	podObj  *corev1.Pod
 	policy  *v1.DeferPolicy
 }
 
 func (d *document) isJob() bool     { return d.kind == "Job" && d.apiVer == "batch/v1" }
 func (d *document) isCronJob() bool { return d.kind == "CronJob" && d.apiVer == "batch/v1" }
+
+// isPod: a pod no Job made (a CI runner's build pod), which kdefer's pod
+// webhook renders as it is created.
+func (d *document) isPod() bool { return d.kind == "Pod" && d.apiVer == "v1" }
 func (d *document) isPolicy() bool {
 	return d.kind == "DeferPolicy" && d.apiVer == v1.GroupVersion.String()
 }
@@ -246,15 +252,20 @@ func (ps policies) lookup(name, ns string) *v1.DeferPolicy {
 // wantsKdefer reports whether a Job opts in: the label, or any kdefer.io
 // configuration annotation.
 func wantsKdefer(j *batchv1.Job) bool {
-	if j.Labels[v1.LabelEnabled] == "true" {
+	return optsIn(j.Labels, j.Annotations, j.Spec.Template.Annotations)
+}
+
+// optsIn reports whether an object with these labels and annotations opts
+// in: the label, or any kdefer.io configuration annotation.
+func optsIn(labels map[string]string, annotations ...map[string]string) bool {
+	if labels[v1.LabelEnabled] == "true" {
 		return true
 	}
 	for _, k := range v1.ConfigAnnotations {
-		if _, ok := j.Annotations[k]; ok {
-			return true
-		}
-		if _, ok := j.Spec.Template.Annotations[k]; ok {
-			return true
+		for _, a := range annotations {
+			if _, ok := a[k]; ok {
+				return true
+			}
 		}
 	}
 	return false
@@ -267,10 +278,16 @@ func policyFor(ps policies, j *batchv1.Job) (*v1.DeferPolicySpec, error) {
 	if name == "" {
 		name = j.Spec.Template.Annotations[v1.AnnotationPolicy]
 	}
+	return ps.spec(name, j.Namespace)
+}
+
+// spec returns the spec of the DeferPolicy name in namespace ns, nil if
+// name is empty, or an error if the input lacks it.
+func (ps policies) spec(name, ns string) (*v1.DeferPolicySpec, error) {
 	if name == "" {
 		return nil, nil
 	}
-	p := ps.lookup(name, j.Namespace)
+	p := ps.lookup(name, ns)
 	if p == nil {
 		return nil, &v1.AnnotationError{Key: v1.AnnotationPolicy, Value: name,
 			Problem: fmt.Sprintf("names DeferPolicy %q, which is not in the input", name),

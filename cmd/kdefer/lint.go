@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -16,8 +17,8 @@ func init() {
 	var f renderFlags
 	cmd := &cobra.Command{
 		Use:   "lint -f FILE|DIR|- [-R]",
-		Short: "Explain every problem kdefer finds in Jobs and DeferPolicies",
-		Long: `Check every Job, CronJob and DeferPolicy of the input as kdefer's webhooks,
+		Short: "Explain every problem kdefer finds in Jobs, pods and DeferPolicies",
+		Long: `Check every Job, CronJob, Pod and DeferPolicy of the input as kdefer's webhooks,
 the apiserver's strict decoding and kdefer's stage steps would, and explain
 every problem at once, each with its fix. Exits 1 when there are problems,
 0 when there are none (warnings alone do not fail).
@@ -56,6 +57,16 @@ func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 				break
 			}
 			p, w := jobProblems(j, ps, f)
+			problems, warnings = append(problems, p...), append(warnings, w...)
+		case d.isPod():
+			pod := d.podObj
+			if pod == nil || !optsIn(pod.Labels, pod.Annotations) {
+				if len(problems)+len(warnings) == 0 {
+					continue
+				}
+				break
+			}
+			p, w := podProblems(pod, ps, f)
 			problems, warnings = append(problems, p...), append(warnings, w...)
 		default:
 			continue
@@ -109,6 +120,28 @@ func jobProblems(j *batchv1.Job, ps policies, f *renderFlags) (problems, warning
 		return problems, warnings
 	}
 	if _, err := render.Job(j, pol, f.options()); err != nil {
+		problems = append(problems, render.Problems(err)...)
+	}
+	return problems, warnings
+}
+
+// podProblems are what the pod webhook refuses of an opted-in pod that no
+// Job made (a CI runner's build pod), and its warnings.
+func podProblems(pod *corev1.Pod, ps policies, f *renderFlags) (problems, warnings []string) {
+	if pod.Labels[v1.LabelEnabled] != "true" {
+		warnings = append(warnings, fmt.Sprintf("the pod has kdefer.io annotations but not the label %s: \"true\", so kdefer's webhook ignores it; add the label", v1.LabelEnabled))
+	}
+	warnings = append(warnings, render.PodWarnings(pod)...)
+	pol, err := ps.spec(pod.Annotations[v1.AnnotationPolicy], pod.Namespace)
+	if err != nil {
+		problems = append(problems, err.Error())
+		// Check the rest with the annotations alone.
+		if _, err := v1.ParseAnnotations(pod.Annotations); err != nil {
+			problems = append(problems, render.Problems(err)...)
+		}
+		return problems, warnings
+	}
+	if _, err := render.Pod(pod, pol, f.options()); err != nil {
 		problems = append(problems, render.Problems(err)...)
 	}
 	return problems, warnings

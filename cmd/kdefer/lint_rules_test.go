@@ -31,6 +31,22 @@ func lintPolicy(spec string) string {
 
 const okMain = `{name: main, image: busybox:1.36}`
 
+// lintPod is an opted-in pod that no Job made (a CI runner's build pod)
+// with the given annotations and restart policy.
+func lintPod(annotations, restartPolicy string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: runner-1
+  namespace: ns
+  labels: {kdefer.io/enabled: "true"}
+  annotations: {%s}
+spec:
+  restartPolicy: %s
+  containers: [%s]
+`, annotations, restartPolicy, okMain)
+}
+
 // TestLintRefuses holds one bad input for each rule by which the webhooks,
 // the apiserver's strict decoding or the stage step refuse a Job or a
 // DeferPolicy: lint must refuse it too (exit 1), naming the problem,
@@ -67,6 +83,13 @@ func TestLintRefuses(t *testing.T) {
 		// Containers the apiserver refuses.
 		"main container without an image": {lintJob(`kdefer.io/stage-out: "s3://b/{pod}/"`, `{name: main}`),
 			`spec.template.spec.containers[0] (main).image: is not set`},
+		// Pods that no Job made, as the pod webhook refuses them.
+		"pod that never ends": {lintPod(`kdefer.io/stage-out: "s3://b/{pod}/"`, "Always"),
+			`spec.restartPolicy: is "Always"`},
+		"pod naming a {job} it has not": {lintPod(`kdefer.io/stage-out: "s3://b/{job}/{pod}/"`, "Never"),
+			`{job}`},
+		"pod with an unknown field": {strings.Replace(lintPod(`kdefer.io/stage-out: "s3://b/{pod}/"`, "Never"), "  restartPolicy:", "  restartPolicey: Never\n  restartPolicy:", 1),
+			`unknown field "spec.restartPolicey"`},
 		"init container without an image": {strings.Replace(lintJob(`kdefer.io/stage-out: "s3://b/{pod}/"`, okMain), "      containers:", "      initContainers: [{name: setup}]\n      containers:", 1),
 			`spec.template.spec.initContainers[0] (setup).image: is not set`},
 	}

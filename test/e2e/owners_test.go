@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/xml"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,9 +27,6 @@ import (
 // CronJob's Jobs, an Indexed Job with backoffLimitPerIndex and a
 // podFailurePolicy (Ignore on a disruption; FailJob on an exit code).
 
-// junit is the report a test-suite pod writes before its outputs.
-const junit = `<?xml version="1.0"?><testsuite name="e2e" tests="1"><testcase name="kdefer"/></testsuite>`
-
 // shortTTL makes finished runs of owners without a Job go soon, so that
 // cleanUp finds nothing left (a bare pod's run is deleted by its TTL only).
 func (s *scenario) shortTTL(name string) *v1.DeferPolicy {
@@ -40,34 +38,27 @@ func (s *scenario) shortTTL(name string) *v1.DeferPolicy {
 	}
 }
 
-// TestBareCIPodEvicted: a CI runner's build pod, no Job, opted in as GitLab
-// Runner's pod_labels and pod_annotations do, writes its JUnit XML and is
-// evicted mid-run; the pod webhook rendered it at creation, so the XML and
-// the outputs are in the bucket, the volume is released and nothing is left.
+// TestBareCIPodEvicted: examples/ci-runner/pod.yaml, a CI runner's build
+// pod, no Job, opted in as GitLab Runner's pod_labels and pod_annotations do,
+// writes its JUnit XML and is evicted during its long integration suite; the
+// pod webhook rendered it at creation, so the report (only it: the example's
+// include) is in the bucket under NAMESPACE/POD/UID/, the volume is released
+// and nothing is left.
 func TestBareCIPodEvicted(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "ci-pod")
 	s.create(s.shortTTL("ci"))
-	w := small
-	w.mode = "hold"
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "runner-1-project-7-concurrent-0", Namespace: s.ns,
-			Labels: map[string]string{v1.LabelEnabled: "true"},
-			Annotations: map[string]string{
-				v1.AnnotationPolicy:      "ci",
-				v1.AnnotationStageOut:    "s3://" + bucket + "/{namespace}/ci/{pod}/" + s.s3Query(),
-				v1.AnnotationCredentials: "minio",
-				v1.AnnotationWorkVolume:  "repo",
-			}},
-		Spec: s.podSpec("build", "mkdir -p /kdefer/out && printf '%s' '"+junit+"' > /kdefer/out/junit.xml\n"+w.script(s.sig.url)),
-	}
-	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "repo", MountPath: "/kdefer"}}
-	pod.Spec.Volumes = []corev1.Volume{{Name: "repo", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	pod := &corev1.Pod{}
+	s.fromExample("ci-runner/pod.yaml", pod)
+	// A bare pod's run goes only with its policy's TTL: this one's at once,
+	// so that cleanUp finds nothing left. The pod's annotations win over it.
+	pod.Annotations[v1.AnnotationPolicy] = "ci"
 	s.create(pod)
+	name := pod.Name
 	if pod.Labels[v1.LabelManaged] != "true" || pod.Spec.Volumes[0].Ephemeral == nil {
 		t.Fatalf("the pod was not rendered at creation: labels %v, volume %+v", pod.Labels, pod.Spec.Volumes[0])
 	}
-	name := s.waitReady(2 * time.Minute)
+	s.waitLog(name, "unit tests: report written", 2*time.Minute)
 	if err := s.env.Evict(s.ctx, s.ns, name); err != nil {
 		t.Fatalf("evict %s: %v", name, err)
 	}
@@ -75,9 +66,18 @@ func TestBareCIPodEvicted(t *testing.T) {
 	if run.Spec.JobName != "" {
 		t.Errorf("DeferRun %s: job %q, want none", name, run.Spec.JobName)
 	}
-	objs := s.checkOutputs("ci", name, w, v1.TriggerDrained, "out/junit.xml")
-	if got := string(objs["out/junit.xml"].data); got != junit {
-		t.Errorf("junit.xml in the bucket: %q, want %q", got, junit)
+	const report = "group/project/reports/junit-unit.xml"
+	objs := s.checkExample(s.ns+"/"+name+"/"+string(pod.UID)+"/", v1.TriggerDrained, report)
+	var suites struct {
+		XMLName  xml.Name
+		Tests    int `xml:"tests,attr"`
+		Failures int `xml:"failures,attr"`
+		Cases    []struct {
+			Name string `xml:"name,attr"`
+		} `xml:"testsuite>testcase"`
+	}
+	if err := xml.Unmarshal(objs[report].data, &suites); err != nil || suites.XMLName.Local != "testsuites" || suites.Tests != 3 || suites.Failures != 1 || len(suites.Cases) != 3 {
+		t.Errorf("%s in the bucket: %+v (%v), want the example's testsuites of 3 tests, 1 failure:\n%s", report, suites, err, objs[report].data)
 	}
 	s.volumeReleased(run)
 	s.podGone(name, time.Minute)

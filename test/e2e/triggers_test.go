@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -36,11 +37,23 @@ func endsAlone(t *testing.T, name string, w workload, trigger v1.Trigger, mod fu
 	s.cleanUp("sim")
 }
 
+// TestSucceeded: examples/annotations-only/job.yaml, a Job configured by
+// annotations alone, ends by itself with exit 0; its outputs but the
+// excluded scratch/ are under the URL's path, every byte as the pod's
+// SHA256SUMS says, and the volume is released.
 func TestSucceeded(t *testing.T) {
 	t.Parallel()
-	w := small
-	w.mode = "exit 0"
-	endsAlone(t, "succeeded", w, v1.TriggerSucceeded, nil)
+	s := newScenario(t, "succeeded")
+	job := &batchv1.Job{}
+	s.fromExample("annotations-only/job.yaml", job)
+	s.create(job)
+	pod := s.waitJobPodRunning(job.Name, 2*time.Minute)
+	s.armedAtCreation(pod) // the example runs ~10 s: its PVC is still there
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
+	s.checkExample("runs/"+s.ns+"/"+job.Name+"/"+pod+"/", v1.TriggerSucceeded, "out/progress.log", "out/result.txt", "out/SHA256SUMS")
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.cleanUp(job.Name)
 }
 
 func TestFailedNonZeroExit(t *testing.T) {

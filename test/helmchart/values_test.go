@@ -32,6 +32,7 @@ metrics:
       rules:
       - alert: KdeferDown
         expr: absent(up{job="kdefer-metrics"} == 1)
+  grafanaDashboard: {enabled: true, namespace: monitoring, labels: {team: batch}, annotations: {grafana_folder: Batch}}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists}]
 deferPods:

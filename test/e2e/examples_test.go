@@ -1,0 +1,133 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/test/clusterenv"
+)
+
+// The examples the README names run here as written, so that they cannot
+// rot: a scenario reads the file and changes only what this cluster needs,
+// each example's comment says what.
+
+// fromExample decodes examples/name strictly (an unknown field fails the
+// scenario, as kubectl's --validate=strict would) into obj, a Job or a Pod,
+// and adapts it to the scenario: its namespace; the stage-out URL's bucket
+// and endpoint, the scenario's MinIO; the credentials Secret, the scenario's
+// "minio"; every container's image, the cluster's busybox; and a security
+// context meeting Pod Security "restricted", which the namespace enforces.
+// The URL's path, the placeholders and every other annotation stay.
+func (s *scenario) fromExample(name string, obj client.Object) {
+	s.t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", name))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, obj); err != nil {
+		s.t.Fatalf("examples/%s: %v", name, err)
+	}
+	obj.SetNamespace(s.ns)
+	ann := obj.GetAnnotations()
+	u, err := url.Parse(ann[v1.AnnotationStageOut])
+	if err != nil || u.Scheme != "s3" || u.RawQuery != "" {
+		s.t.Fatalf("examples/%s: stage-out %q: want an s3:// URL without parameters (%v)", name, ann[v1.AnnotationStageOut], err)
+	}
+	ann[v1.AnnotationStageOut] = "s3://" + bucket + u.Path + s.s3Query()
+	ann[v1.AnnotationCredentials] = "minio"
+	obj.SetAnnotations(ann)
+	var spec *corev1.PodSpec
+	switch o := obj.(type) {
+	case *batchv1.Job:
+		spec = &o.Spec.Template.Spec
+	case *corev1.Pod:
+		spec = &o.Spec
+	default:
+		s.t.Fatalf("fromExample: %T", obj)
+	}
+	for i := range spec.Containers {
+		spec.Containers[i].Image = clusterenv.MustImage(s.t, "busybox")
+		spec.Containers[i].ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	restrictedPod(spec, jobUser, jobUser, jobUser)
+}
+
+// waitJobPodRunning waits until a pod of the Job runs and returns its name.
+func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string {
+	s.t.Helper()
+	var name string
+	err := clusterenv.WaitFor(s.ctx, timeout, "a pod of Job "+job+" running", func(context.Context) (bool, error) {
+		for _, p := range s.podsOf(job) {
+			if p.Status.Phase == corev1.PodRunning {
+				name = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.logf("pod %s running", name)
+	return name
+}
+
+// waitLog waits until the pod's log has a line containing line.
+func (s *scenario) waitLog(pod, line string, timeout time.Duration) {
+	s.t.Helper()
+	err := clusterenv.WaitFor(s.ctx, timeout, "pod "+pod+" to log "+line, func(ctx context.Context) (bool, error) {
+		b, err := s.env.Clientset.CoreV1().Pods(s.ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err == nil && strings.Contains(string(b), line), nil
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.logf("pod %s logged %q", pod, line)
+}
+
+// checkExample checks an example's outputs under prefix: exactly the keys
+// want (besides the manifest and the logs it lists), the manifest's record
+// of them (checkManifest), and, where the pod wrote a SHA256SUMS with them,
+// every byte of each file it names.
+func (s *scenario) checkExample(prefix string, trigger v1.Trigger, want ...string) map[string]object {
+	s.t.Helper()
+	objs := s.objects(prefix)
+	s.checkManifest(prefix, objs, want, trigger)
+	for _, k := range want {
+		if filepath.Base(k) != "SHA256SUMS" {
+			continue
+		}
+		dir := strings.TrimSuffix(k, "SHA256SUMS")
+		lines := strings.Split(strings.TrimSpace(string(objs[k].data)), "\n")
+		if len(lines) != len(want)-1 {
+			s.t.Errorf("%s has %d lines, want one per other output (%d)", k, len(lines), len(want)-1)
+		}
+		for _, line := range lines {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				s.t.Errorf("%s: line %q", k, line)
+				continue
+			}
+			o, ok := objs[dir+f[1]]
+			h := sha256.Sum256(o.data)
+			if !ok || hex.EncodeToString(h[:]) != f[0] {
+				s.t.Errorf("%s line %q: the stored %s (found %v) has sha256 %x", k, line, dir+f[1], ok, h)
+			}
+		}
+	}
+	return objs
+}
