@@ -51,6 +51,7 @@ tools:
 	$(TOOLS) minio
 	$(TOOLS) azurite
 	$(TOOLS) kube
+	$(TOOLS) kueue
 
 envtest-assets: tools
 	mkdir -p $(ENVTEST_DIR)
