@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
-	ktypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
@@ -143,15 +142,18 @@ func renderKueue(dir, image string) ([]*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	k := fmt.Sprintf(kueueKustomization, filepath.Join(dir, "components"), image)
+	// Kustomize takes no absolute directories: the components are copied
+	// beside the kustomization.
+	if err := os.CopyFS(filepath.Join(tmp, "components"), os.DirFS(filepath.Join(dir, "components"))); err != nil {
+		return nil, err
+	}
+	k := fmt.Sprintf(kueueKustomization, "components", image)
 	for name, data := range map[string]string{"kustomization.yaml": k, "controller_manager_config.yaml": kueueConfig} {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(data), 0o644); err != nil {
 			return nil, err
 		}
 	}
-	opts := krusty.MakeDefaultOptions()
-	opts.LoadRestrictions = ktypes.LoadRestrictionsNone // the components live in the module cache
-	m, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), tmp)
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize Kueue's config/components: %w", err)
 	}
