@@ -297,7 +297,7 @@ func kueueObject(manifest string) *unstructured.Unstructured {
 
 // createKueue creates a Kueue object of the scenario and deletes it when
 // the scenario ends (cluster-scoped ones outlive the namespace).
-func (s *scenario) createKueue(manifest string) *unstructured.Unstructured {
+func (s *scenario) createKueue(manifest string) {
 	s.t.Helper()
 	u := kueueObject(manifest)
 	if u.GetNamespace() == "" && strings.HasPrefix(u.GetKind(), "Local") {
@@ -313,5 +313,4 @@ func (s *scenario) createKueue(manifest string) *unstructured.Unstructured {
 			}
 		})
 	}
-	return u
 }
