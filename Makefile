@@ -55,6 +55,7 @@ tools:
 	$(TOOLS) minio
 	$(TOOLS) azurite
 	$(TOOLS) kube
+	$(TOOLS) kueue
 
 envtest-assets: tools
 	mkdir -p $(ENVTEST_DIR)

@@ -2,7 +2,7 @@ package v1alpha1
 
 // Trigger says why a managed pod's main containers ended. Every defer step
 // receives it in KDEFER_TRIGGER.
-// +kubebuilder:validation:Enum=Succeeded;Failed;OOMKilled;Evicted;Drained;Preempted;DeadlineExceeded;Deleted;NodeShutdown;TaintEviction;PodGC;NodeLost
+// +kubebuilder:validation:Enum=Succeeded;Failed;OOMKilled;Evicted;Drained;Preempted;DeadlineExceeded;Deleted;Suspended;NodeShutdown;TaintEviction;PodGC;NodeLost
 type Trigger string
 
 const (
@@ -27,6 +27,10 @@ const (
 	TriggerDeadlineExceeded Trigger = "DeadlineExceeded"
 	// TriggerDeleted means the pod was deleted by a user or a controller.
 	TriggerDeleted Trigger = "Deleted"
+	// TriggerSuspended means the Job controller deleted the pod because its
+	// Job was suspended (spec.suspend): a queue such as Kueue preempted or
+	// evicted the workload, or a user suspended the Job.
+	TriggerSuspended Trigger = "Suspended"
 	// TriggerNodeShutdown means a graceful node shutdown ended the pod
 	// (TerminationByKubelet with a shutdown message, or
 	// status.reason=Terminated/Shutdown).
@@ -45,7 +49,7 @@ const (
 // AllTriggers lists every trigger, in documentation order.
 var AllTriggers = []Trigger{
 	TriggerSucceeded, TriggerFailed, TriggerOOMKilled, TriggerEvicted, TriggerDrained,
-	TriggerPreempted, TriggerDeadlineExceeded, TriggerDeleted, TriggerNodeShutdown,
+	TriggerPreempted, TriggerDeadlineExceeded, TriggerDeleted, TriggerSuspended, TriggerNodeShutdown,
 	TriggerTaintEviction, TriggerPodGC, TriggerNodeLost,
 }
 

@@ -59,7 +59,9 @@ var disruptionTriggers = map[string]v1.Trigger{
 //  8. a regular container terminated with reason OOMKilled (any exit code): OOMKilled
 //  9. deletion requested before the containers ended (same second included),
 //     or, once the kubelet's final delete has overwritten that time, a main
-//     container killed by the kubelet's signal (exit 143, or 137): Deleted
+//     container killed by the kubelet's signal (exit 143, or 137): Suspended
+//     when the pod's Job was suspended then (the Job controller deletes a
+//     suspended Job's pods: Kueue's preemption and eviction), else Deleted
 //  10. phase Failed and a regular container with a memory limit was
 //     SIGKILLed (exit 137, reason Error) with no deletion, eviction or
 //     deadline recorded: OOMKilled (containerd on cgroup v1 sometimes
@@ -107,6 +109,9 @@ func Classify(pod *corev1.Pod, job *batchv1.Job) Classification {
 	case deleting && !deletionRequested(pod).After(lastFinish),
 		deleting && finalDeleteAfterSignal(pod, c.ExitCodes):
 		c.Trigger = v1.TriggerDeleted
+		if jobSuspendedAt(job, deletionRequested(pod)) {
+			c.Trigger = v1.TriggerSuspended
+		}
 	case pod.Status.Phase == corev1.PodSucceeded:
 		c.Trigger = v1.TriggerSucceeded
 	case pod.Status.Phase == corev1.PodFailed && killedAtMemoryLimit(pod):
@@ -182,6 +187,28 @@ func jobDeadlineExceeded(job *batchv1.Job) bool {
 		if (cond.Type == batchv1.JobFailed || cond.Type == batchv1.JobFailureTarget) &&
 			cond.Status == corev1.ConditionTrue && cond.Reason == batchv1.JobReasonDeadlineExceeded {
 			return true
+		}
+	}
+	return false
+}
+
+// jobSuspendedAt reports whether job was suspended when the deletion of
+// its pod was requested at t: the Job asks for it (spec.suspend), the Job
+// controller says so (condition Suspended=True), or it resumed the Job no
+// earlier than t (a queue readmitted it while the pod's grace period ran).
+// Kueue stops a batch/v1 Job this way, for a preemption as for any other
+// eviction, and the Job controller's deletion leaves no DisruptionTarget on
+// the pod: the Job is the only evidence.
+func jobSuspendedAt(job *batchv1.Job, t time.Time) bool {
+	if job == nil {
+		return false
+	}
+	if job.Spec.Suspend != nil && *job.Spec.Suspend {
+		return true
+	}
+	for _, cond := range job.Status.Conditions {
+		if cond.Type == batchv1.JobSuspended {
+			return cond.Status == corev1.ConditionTrue || !cond.LastTransitionTime.Time.Before(t)
 		}
 	}
 	return false

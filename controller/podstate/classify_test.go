@@ -75,6 +75,29 @@ func TestClassify(t *testing.T) {
 		"job deadline: the Job controller deletes the pod": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
 			job:  rt.MakeJob("j", "ns").UID("uid-j").DeadlineExceeded().Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerDeadlineExceeded, ExitCodes: exit(143, "Error")}},
+		// Kueue preempts (or evicts) a workload by suspending its Job; the
+		// Job controller then deletes the Job's running pods, with no
+		// DisruptionTarget condition.
+		"job suspended: the Job controller deletes the pod": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
+			job:  rt.MakeJob("j", "ns").UID("uid-j").Suspend(true).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerSuspended, ExitCodes: exit(143, "Error")}},
+		"job suspended, status written, spec not yet read back": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
+			job:  rt.MakeJob("j", "ns").UID("uid-j").SuspendedCondition(corev1.ConditionTrue, kt.T0.Add(30*time.Second)).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerSuspended, ExitCodes: exit(143, "Error")}},
+		// Readmitted (resumed) while the pod's grace period ran: the
+		// deletion still came from the suspension.
+		"job resumed after the pod's deletion was requested": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
+			job:  rt.MakeJob("j", "ns").UID("uid-j").Suspend(false).SuspendedCondition(corev1.ConditionFalse, kt.T0.Add(45*time.Second)).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerSuspended, ExitCodes: exit(143, "Error")}},
+		"job suspended, the kubelet's final delete overwrote the deletion time": {pod: pod().Deleting(61*time.Second, 0).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
+			job:  rt.MakeJob("j", "ns").UID("uid-j").Suspend(true).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerSuspended, ExitCodes: exit(143, "Error")}},
+		"job resumed before the pod was deleted by a user": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
+			job:  rt.MakeJob("j", "ns").UID("uid-j").Suspend(false).SuspendedCondition(corev1.ConditionFalse, kt.T0.Add(-10*time.Minute)).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerDeleted, ExitCodes: exit(143, "Error")}},
+		"job suspended after the pod failed by itself": {pod: pod().Failed().Deleting(10*time.Minute, 30).Obj(),
+			job:  rt.MakeJob("j", "ns").UID("uid-j").Suspend(true).Obj(),
+			want: Classification{Done: true, Trigger: v1.TriggerFailed, ExitCodes: exit(1, "Error")}},
 		"deleted": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Phase(corev1.PodFailed).Obj(),
 			want: Classification{Done: true, Trigger: v1.TriggerDeleted, ExitCodes: exit(143, "Error")}},
 		"deleted, containers exited, phase not yet terminal": {pod: pod().Deleting(30*time.Second, 30).AllTerminated(143, "Error").Obj(),

@@ -10,6 +10,8 @@
 package testing
 
 import (
+	"time"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -116,6 +118,18 @@ func (w *JobWrapper) DeadlineExceeded() *JobWrapper {
 
 // Suspend sets spec.suspend.
 func (w *JobWrapper) Suspend(s bool) *JobWrapper { w.Spec.Suspend = &s; return w }
+
+// SuspendedCondition sets the condition the Job controller writes when it
+// suspends (status True) or resumes (False) the Job, changed at at.
+func (w *JobWrapper) SuspendedCondition(status corev1.ConditionStatus, at time.Time) *JobWrapper {
+	reason := "JobSuspended"
+	if status != corev1.ConditionTrue {
+		reason = "JobResumed"
+	}
+	w.Status.Conditions = append(w.Status.Conditions, batchv1.JobCondition{
+		Type: batchv1.JobSuspended, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(at)})
+	return w
+}
 
 // PodFailurePolicy sets spec.podFailurePolicy.
 func (w *JobWrapper) PodFailurePolicy(p *batchv1.PodFailurePolicy) *JobWrapper {

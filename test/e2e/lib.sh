@@ -151,14 +151,16 @@ start_registry() {
 # stop_registry STATE_DIR: stops the registry that start_registry started there.
 stop_registry() { stop_daemon "$1" registry 10; }
 
-# push_images STATE_DIR: kdefer's images built from this tree (make images:
-# the one builder) for this machine's platform, pushed to the test registry;
-# STATE_DIR/pushed/NAME.pushed holds each REF@DIGEST.
+# push_images STATE_DIR [ARGS...]: kdefer's images built from this tree (make
+# images: the one builder) for this machine's platform, pushed to the test
+# registry; STATE_DIR/pushed/NAME.pushed holds each REF@DIGEST. ARGS go to
+# the builder (e.g. --kueue BIN --kueue-tag TAG: Kueue's image too).
 push_images() {
 	local dir=$1
+	shift
 	log "building kdefer's images and pushing them to $E2E_REGISTRY"
 	rm -rf "$dir/pushed"
-	go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$dir/pushed" >&2
+	go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$dir/pushed" "$@" >&2
 }
 
 # helm_image_values NAME.pushed KEY: --set arguments for the chart's image

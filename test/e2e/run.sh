@@ -135,6 +135,25 @@ run_tests() {
 	((failed == 0)) || { log "$failed of $runs $phase-node e2e runs failed"; return 1; }
 }
 
+# Kueue's manager (test/tools/install.sh kueue) is pushed with kdefer's images
+# in the single-node phase, where the Kueue scenarios run; the first of them
+# installs it (test/e2e/kueue_install_test.go) from the module's manifests,
+# kept next to the binary: Kueue costs nothing to the runs that do not use it.
+KUEUE_DIR=$("$ROOT/test/tools/install.sh" path kueue)
+kueue_push_args() {
+	[[ $1 == single && -x $KUEUE_DIR/kueue ]] || return 0
+	echo "--kueue $KUEUE_DIR/kueue --kueue-tag ${KUEUE_DIR##*/kueue-}"
+}
+kueue_env() {
+	unset KDEFER_E2E_KUEUE_IMAGE KDEFER_E2E_KUEUE_CONFIG KDEFER_E2E_KUEUE_SKIP
+	if [[ -s $STATE/pushed/kueue.pushed ]]; then
+		KDEFER_E2E_KUEUE_IMAGE=$(<"$STATE/pushed/kueue.pushed")
+		export KDEFER_E2E_KUEUE_IMAGE KDEFER_E2E_KUEUE_CONFIG=$KUEUE_DIR/config
+	elif [[ $install == kustomize ]]; then
+		export KDEFER_E2E_KUEUE_SKIP="KDEFER_E2E_INSTALL=kustomize: no test registry for Kueue's image"
+	fi
+}
+
 # The MinIO binary for tests that run their own server (test/s3server).
 KDEFER_MINIO=$(minio_bin)
 export KDEFER_MINIO
@@ -172,9 +191,11 @@ for phase in $PHASES; do
 		# cluster, and keeps its images in memory: started and filled per phase.
 		t0=$SECONDS
 		start_registry "$STATE"
-		push_images "$STATE"
+		# shellcheck disable=SC2046
+		push_images "$STATE" $(kueue_push_args "$phase")
 		log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
 	fi
+	kueue_env
 	built=1
 	rm -rf "$STATE/data" # every phase starts with an empty bucket
 	start_minio "$STATE"

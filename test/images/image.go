@@ -132,23 +132,7 @@ func goImage(root, tmp string, cmd goCmd, platforms []v1.Platform, m meta) (b bu
 		if err != nil {
 			return built{}, true, err
 		}
-		files := []file{
-			{path: cmd.name, mode: 0o755, data: data},
-			{path: "tmp", dir: true, mode: 0o1777},
-			{path: "etc", dir: true, mode: 0o755},
-			{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n")},
-			{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnonroot:x:65532:\n")},
-		}
-		// Trust the host's CA bundle, so TLS to an object store works from a
-		// FROM-scratch image. It is an input like the Go toolchain: the same
-		// on two machines only with the same ca-certificates package.
-		if ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil {
-			files = append(files,
-				file{path: "etc/ssl", dir: true, mode: 0o755},
-				file{path: "etc/ssl/certs", dir: true, mode: 0o755},
-				file{path: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: ca})
-		}
-		img, err := image(files, p, m.created, v1.Config{
+		img, err := image(scratchFiles(cmd.name, data), p, m.created, v1.Config{
 			Entrypoint: []string{"/" + cmd.name},
 			User:       cmd.user,
 			Labels:     b.annotations,
@@ -159,6 +143,49 @@ func goImage(root, tmp string, cmd goCmd, platforms []v1.Platform, m meta) (b bu
 		b.images = append(b.images, platformImage{p, mutate.Annotations(img, b.annotations).(v1.Image)})
 	}
 	return b, true, nil
+}
+
+// scratchFiles are the files of a one-binary FROM-scratch image: the
+// static binary at /path, /tmp, a passwd and group naming root and nonroot
+// (65532), and the host's CA bundle.
+func scratchFiles(path string, bin []byte) []file {
+	files := []file{
+		{path: path, mode: 0o755, data: bin},
+		{path: "tmp", dir: true, mode: 0o1777},
+		{path: "etc", dir: true, mode: 0o755},
+		{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n")},
+		{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnonroot:x:65532:\n")},
+	}
+	// Trust the host's CA bundle, so TLS to an object store works from a
+	// FROM-scratch image. It is an input like the Go toolchain: the same
+	// on two machines only with the same ca-certificates package.
+	if ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil {
+		files = append(files,
+			file{path: "etc/ssl", dir: true, mode: 0o755},
+			file{path: "etc/ssl/certs", dir: true, mode: 0o755},
+			file{path: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: ca})
+	}
+	return files
+}
+
+// kueueImage packages Kueue's manager, a static binary built by
+// test/tools/install.sh kueue, as kdefer's own are packaged: FROM scratch,
+// for this machine's platform, at /manager (the command of Kueue's own
+// Deployment, config/components/manager), run as nonroot (65532: the
+// Deployment asks runAsNonRoot without a user).
+func kueueImage(bin, tag string) (built, error) {
+	if err := mustBeStatic(bin); err != nil {
+		return built{}, err
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return built{}, err
+	}
+	img, err := image(scratchFiles("manager", data), hostPlatform, epoch, v1.Config{
+		Entrypoint: []string{"/manager"},
+		User:       "65532:65532",
+	})
+	return built{name: "kueue", tag: tag, images: []platformImage{{hostPlatform, img}}}, err
 }
 
 // image makes a one-layer OCI image of files for platform p, every time

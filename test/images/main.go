@@ -13,6 +13,7 @@
 //	kdefer.io/busybox:VERSION            Debian's busybox-static with its applet links
 //	kdefer.io/kdefer-stage:TAG           ./cmd/kdefer-stage
 //	kdefer.io/kdefer-controller:TAG      ./cmd/kdefer-controller, as 65532
+//	kdefer.io/kueue:KUEUE_TAG            --kueue BIN: Kueue's manager (test/tools/install.sh kueue)
 //
 // kdefer.io and the names come from api/v1alpha1 (ImageRepository,
 // StageImageName, ControllerImageName). A tarball's TAG is version.Version,
@@ -73,6 +74,8 @@ func main() {
 	tag := flag.String("tag", os.Getenv("KDEFER_IMAGE_TAG"), "tag of kdefer's images, and their version (not \"latest\")")
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
 	only := flag.String("only", "", "comma-separated images to build (default: all)")
+	kueueBin := flag.String("kueue", "", "Kueue's manager binary (test/tools/install.sh kueue) for the kueue image; none without it")
+	kueueTag := flag.String("kueue-tag", "", "the kueue image's tag: the Kueue version the binary was built from")
 	flag.Parse()
 	want := func(n string) bool { return *only == "" || strings.Contains(","+*only+",", ","+n+",") }
 	root, err := repo.Root()
@@ -120,6 +123,16 @@ func main() {
 			fatalf("busybox image: %v", err)
 		}
 		imgs = append(imgs, b)
+	}
+	if *kueueBin != "" && want("kueue") {
+		if *kueueTag == "" {
+			fatalf("--kueue needs --kueue-tag (the Kueue version)")
+		}
+		k, err := kueueImage(*kueueBin, *kueueTag)
+		if err != nil {
+			fatalf("kueue image: %v", err)
+		}
+		imgs = append(imgs, k)
 	}
 	for _, cmd := range kdeferCmds {
 		if !want(cmd.name) {

@@ -95,3 +95,37 @@ func TestBusyboxImage(t *testing.T) {
 		t.Fatalf("layers %v %v", layers, err)
 	}
 }
+
+// TestKueueImage: Kueue's prebuilt manager becomes a FROM-scratch image
+// that Kueue's own Deployment runs unchanged: /manager, as a non-root user
+// by number (runAsNonRoot without runAsUser needs one); a dynamically
+// linked binary is refused (it could not run from scratch).
+func TestKueueImage(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "manager")
+	if err := goBuild(root, "./test/images/pause", bin, "", hostPlatform); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kueueImage(bin, "v0.17.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.name != "kueue" || k.tag != "v0.17.0" || len(k.images) != 1 {
+		t.Fatalf("built %s:%s with %d platforms", k.name, k.tag, len(k.images))
+	}
+	cf, err := k.images[0].img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep := cf.Config.Entrypoint; len(ep) != 1 || ep[0] != "/manager" || cf.Config.User != "65532:65532" {
+		t.Errorf("entrypoint %v user %q, want [/manager] 65532:65532", ep, cf.Config.User)
+	}
+	if _, err := os.Stat("/bin/dash"); err == nil {
+		if _, err := kueueImage("/bin/dash", "v0.17.0"); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+			t.Errorf("a dynamically linked binary: err %v, want it refused", err)
+		}
+	}
+}

@@ -6,7 +6,7 @@
 # the machine, so CI's fresh clone reuses them). A tool whose cached binary
 # exists is not rebuilt.
 #
-#   test/tools/install.sh kube|etcd|minio|mc|s5cmd|azurite|all
+#   test/tools/install.sh kube|etcd|minio|mc|s5cmd|azurite|kueue|all
 #   test/tools/install.sh path NAME   # prints the directory holding NAME
 set -euo pipefail
 
@@ -49,6 +49,9 @@ MC_VERSION=v0.0.0-20250313080218-cf909e1063a9
 S5CMD_VERSION=v2.3.0
 # Azurite, Microsoft's Azure Storage emulator, for azblob:// (Node.js >= 18).
 AZURITE_VERSION=3.37.0
+# Kueue's manager for the e2e Kueue scenarios, at the version
+# test/tools/kueue/go.mod requires (its one source).
+KUEUE_VERSION=$(awk '$1 == "sigs.k8s.io/kueue" { print $2 }' "$root/test/tools/kueue/go.mod")
 
 dir_of() {
 	case "$1" in
@@ -58,6 +61,7 @@ dir_of() {
 	mc) echo "$tools/mc-$MC_VERSION" ;;
 	s5cmd) echo "$tools/s5cmd-$S5CMD_VERSION" ;;
 	azurite) echo "$tools/azurite-$AZURITE_VERSION" ;;
+	kueue) echo "$tools/kueue-$KUEUE_VERSION" ;;
 	*) echo "unknown tool $1" >&2; return 2 ;;
 	esac
 }
@@ -166,9 +170,27 @@ WRAP
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 
+# Kueue's manager, built in test/tools/kueue (a wrapper module whose shared
+# dependencies are kdefer's own versions, so a cold build compiles only what
+# kdefer's does not), and next to it the module's config/components, which
+# the e2e harness renders with kustomize (test/e2e/kueue_install_test.go):
+# binary and manifests of one version, from one download.
+build_kueue() {
+	have kueue kueue && [ -d "$(dir_of kueue)/config/components" ] && return 0
+	local d src; d=$(dir_of kueue)
+	log "building kueue $KUEUE_VERSION"
+	rm -rf "$d.tmp"; mkdir -p "$d.tmp"
+	(cd "$root/test/tools/kueue" && timed "kueue $KUEUE_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/kueue" sigs.k8s.io/kueue/cmd/kueue)
+	src=$(cd "$root/test/tools/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+	mkdir -p "$d.tmp/config"
+	cp -r "$src/config/components" "$d.tmp/config/"
+	chmod -R u+w "$d.tmp/config"
+	rm -rf "$d"; mv "$d.tmp" "$d"
+}
+
 case "${1:-}" in
-kube | etcd | minio | mc | s5cmd | azurite) "build_$1" ;;
-all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd; build_azurite ;;
+kube | etcd | minio | mc | s5cmd | azurite | kueue) "build_$1" ;;
+all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd; build_azurite; build_kueue ;;
 path) dir_of "$2" ;;
-*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|all|path NAME" >&2; exit 2 ;;
+*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|kueue|all|path NAME" >&2; exit 2 ;;
 esac
