@@ -35,18 +35,33 @@ load_images() {
 	node_ctx 1
 }
 
+# images_present STAMP: true when every image name listed in STAMP (after its
+# first line, the tarball's digest) is in the current node's containerd; a
+# stamp from before the names were recorded lists none and counts as absent.
+images_present() {
+	local names have n
+	names=$(tail -n +2 "$1")
+	[ -n "$names" ] || return 1
+	have=$(ctr_ images ls -q)
+	for n in $names; do grep -qxF "$n" <<<"$have" || return 1; done
+}
+
 # load_node_images [FILE...]: load_images for the current node.
 load_node_images() {
-	local files=("$@") f sum stamp
+	local files=("$@") f sum stamp out
 	[ ${#files[@]} -gt 0 ] || files=("$IMAGES_DIR"/*.tar)
 	mkdir -p "$NDIR/containerd/imported"
 	for f in "${files[@]}"; do
 		[ -f "$f" ] || continue
 		sum=$(sha256sum "$f" | cut -c1-64)
 		stamp="$NDIR/containerd/imported/$(basename "$f").sha256"
-		[ "$(cat "$stamp" 2>/dev/null)" = "$sum" ] && continue
-		ctr_ images import --snapshotter overlayfs "$f" >/dev/null || die "importing $f into $NODE failed"
-		echo "$sum" >"$stamp"
+		# The stamp is not enough: the kubelet's image GC removes unused
+		# images under disk pressure (seen: the pause image went after a run
+		# that filled the disk, and every later pod failed to get a sandbox),
+		# so the image names the import printed must still be there.
+		if [ "$(head -1 "$stamp" 2>/dev/null)" = "$sum" ] && images_present "$stamp"; then continue; fi
+		out=$(ctr_ images import --snapshotter overlayfs "$f") || die "importing $f into $NODE failed"
+		{ echo "$sum"; awk '$1 == "unpacking" { print $2 }' <<<"$out"; } >"$stamp"
 		log "imported $(basename "$f")${SFX:+ into $NODE}"
 	done
 }
