@@ -90,7 +90,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{"unknown parameter", []string{"out", "--from", src, "--to", "s3://b/p?endpont=http://127.0.0.1:1"}, stagecontract.ExitPermanent, "permanent", `"endpont"`},
 		{"unset template variable", []string{"out", "--from", src, "--to", "s3://b/{pod}"}, stagecontract.ExitPermanent, "permanent", "KDEFER_POD"},
 		{"missing source", []string{"out", "--from", filepath.Join(src, "nope"), "--to", "mem://b/p"}, stagecontract.ExitPermanent, "permanent", "--from"},
-		{"server down", []string{"out", "--from", src, "--to", "s3://b/p?endpoint=http://127.0.0.1:1", "--attempts", "2"}, stagecontract.ExitTransient, "transient", ""},
+		{"server down", []string{"out", "--from", src, "--to", "s3://bkt/p?endpoint=http://127.0.0.1:1", "--attempts", "2"}, stagecontract.ExitTransient, "transient", ""},
 		{"empty input prefix", []string{"in", "--from", "mem://b/p", "--to", filepath.Join(src, "in")}, stagecontract.ExitPermanent, "permanent", "no objects"},
 	}
 	for _, tc := range tests {
