@@ -226,15 +226,27 @@ func installKueue(ctx context.Context, env *clusterenv.Env, dir, image string) e
 		}
 		return nil
 	}
-	for _, crds := range []bool{true, false} {
+	// Namespaces, then CRDs (established before anything of their kinds),
+	// then the rest: kustomize keeps the components' order, which puts
+	// the ServiceAccount (rbac) before the Namespace (manager).
+	pass := func(u *unstructured.Unstructured) int {
+		switch u.GetKind() {
+		case "Namespace":
+			return 0
+		case "CustomResourceDefinition":
+			return 1
+		}
+		return 2
+	}
+	for p := range 3 {
 		for _, u := range objs {
-			if (u.GetKind() == "CustomResourceDefinition") == crds {
+			if pass(u) == p {
 				if err := apply(u); err != nil {
 					return err
 				}
 			}
 		}
-		if crds {
+		if p == 1 {
 			if err := waitCRDsEstablished(ctx, env, objs); err != nil {
 				return err
 			}
