@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -123,8 +124,12 @@ func (s *LogServer) serve(w http.ResponseWriter, r *http.Request) error {
 		return LogFetchError(of, ref, err)
 	}
 	defer rc.Close()
+	body := bufio.NewReaderSize(rc, kubeletLostLogPeek)
+	if head, err := body.Peek(kubeletLostLogPeek); errors.Is(err, io.EOF) && KubeletLostLog(head) {
+		return &httpError{http.StatusNotFound, fmt.Sprintf("the kubelet no longer has log %+v of pod %s: %s", ref, of.Name, strings.TrimSpace(string(head)))}
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if _, err := io.Copy(w, rc); err != nil {
+	if _, err := io.Copy(w, body); err != nil {
 		// The status line is sent: the client sees a short body.
 		s.Log.Info("stop streaming a log", "pod", of.Name, "container", ref.Container, "error", err.Error())
 	}
@@ -147,6 +152,25 @@ func LogFetchError(ended *corev1.Pod, ref stagecontract.LogRef, err error) error
 		return &httpError{http.StatusNotFound, err.Error()}
 	}
 	return fmt.Errorf("get log of %s/%s %+v: %w", ended.Namespace, ended.Name, ref, err)
+}
+
+// kubeletLostLogPeek bounds what is read ahead to recognize the kubelet's
+// "unable to retrieve" body (one line with a container ID).
+const kubeletLostLogPeek = 512
+
+// KubeletLostLog reports whether a whole log body is the kubelet's message
+// for a container log it no longer has. Kubernetes v1.37's kubelet answers
+// GET pods/log of a pruned container attempt with 200 and that message as
+// the body (seen in e2e TestStepRetried: an init container's attempt the
+// kubelet removed when it started the next), where v1.34's answered 400;
+// archived as is, it would pass for the container's own output.
+func KubeletLostLog(body []byte) bool {
+	line, ok := strings.CutPrefix(strings.TrimSuffix(string(body), "\n"), "unable to retrieve container logs for ")
+	if !ok || strings.ContainsAny(line, " \n") {
+		return false
+	}
+	_, id, ok := strings.Cut(line, "://")
+	return ok && id != ""
 }
 
 // kubeletEvicted says whether the kubelet's eviction manager ended pod
