@@ -126,7 +126,11 @@ func (s *LogServer) serve(w http.ResponseWriter, r *http.Request) error {
 	defer rc.Close()
 	body := bufio.NewReaderSize(rc, kubeletLostLogPeek)
 	if head, err := body.Peek(kubeletLostLogPeek); errors.Is(err, io.EOF) && KubeletLostLog(head) {
-		return &httpError{http.StatusNotFound, fmt.Sprintf("the kubelet no longer has log %+v of pod %s: %s", ref, of.Name, strings.TrimSpace(string(head)))}
+		msg := fmt.Sprintf("the kubelet no longer has log %+v of pod %s: %s", ref, of.Name, strings.TrimSpace(string(head)))
+		if kubeletEvicted(of) { // the usual reason, named as for a 400
+			return LogFetchError(of, ref, errors.New(msg))
+		}
+		return &httpError{http.StatusNotFound, msg}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if _, err := io.Copy(w, body); err != nil {
