@@ -280,6 +280,21 @@ func TestFailedRunRetainsVolume(t *testing.T) {
 	s.pvcStaysGuarded(pod, time.Second)
 	s.recordPVs()
 	// The retained volume still holds every byte the pod wrote.
+	s.retainedHoldsOutputs(pod, w)
+	patch := []byte(`{"metadata":{"annotations":{"kdefer.io/release":"true"}}}`)
+	if err := s.env.Client.Patch(s.ctx, run, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	s.volumeReleased(run)
+	s.noFinalizer(pod)
+	s.cleanUp("sim")
+}
+
+// retainedHoldsOutputs checks that pod's retained work volume (a local PV)
+// still holds every file the workload w wrote.
+func (s *scenario) retainedHoldsOutputs(pod string, w workload) {
+	s.t.Helper()
+	t := s.t
 	pvc, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).Get(s.ctx, pod+"-kdefer-work", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -294,11 +309,4 @@ func TestFailedRunRetainsVolume(t *testing.T) {
 			t.Errorf("retained out/f%d.dat: %d bytes, %v", i, len(got), err)
 		}
 	}
-	patch := []byte(`{"metadata":{"annotations":{"kdefer.io/release":"true"}}}`)
-	if err := s.env.Client.Patch(s.ctx, run, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatal(err)
-	}
-	s.volumeReleased(run)
-	s.noFinalizer(pod)
-	s.cleanUp("sim")
 }

@@ -5,10 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -185,20 +182,7 @@ func retained(s *scenario, pod string, w workload, start time.Time, cli string) 
 	// The volume is retained with every byte the pod wrote: the node's
 	// file system is still there (a node that boots again, or a disk an
 	// operator moves, would have it).
-	pvc, err := s.env.Clientset.CoreV1().PersistentVolumeClaims(s.ns).Get(s.ctx, pod+"-kdefer-work", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pv, err := s.env.Clientset.CoreV1().PersistentVolumes().Get(s.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil || pv.Spec.Local == nil {
-		t.Fatalf("PV of %s: %v", pvc.Name, err)
-	}
-	for i := range w.files {
-		got, err := os.ReadFile(filepath.Join(pv.Spec.Local.Path, "out", fmt.Sprintf("f%d.dat", i)))
-		if err != nil || !bytes.Equal(got, fileContent(i, w.size)) {
-			t.Errorf("retained out/f%d.dat: %d bytes, %v", i, len(got), err)
-		}
-	}
+	s.retainedHoldsOutputs(pod, w)
 	// The CLI lets it go.
 	out, err := exec.CommandContext(s.ctx, cli, "--kubeconfig", clusterenv.Dir()+"/kubeconfig", "-n", s.ns, "release", "deferrun/"+pod).CombinedOutput()
 	if err != nil {
