@@ -39,19 +39,33 @@ import (
 // webhooks see: the Kueue scenarios'.
 const kueueNamespaceLabel = "e2e.kdefer.io/kueue"
 
+// Kueue's manager runs in the node's network, as kdefer's does on the
+// local cluster: no kube-proxy routes the kubernetes Service here, so a pod
+// reaches the apiserver only at the node's loopback (KUBERNETES_SERVICE_HOST
+// 127.0.0.1, port 6443, ../shared/facts/local-cluster.md). Its listeners
+// move off the ports kdefer's manager holds there (8081, 8443, 9443, 9444).
+// The apiserver still calls its webhooks through their Service
+// (--enable-aggregator-routing: at the endpoint, the node's address and
+// kueueWebhookPort).
+const (
+	kueueHealthPort  = 8091
+	kueueMetricsPort = 8493
+	kueueWebhookPort = 9543
+)
+
 // kueueConfig is Kueue's Configuration (config.kueue.x-k8s.io/v1beta2):
-// upstream's defaults, the Job integration alone, no leader election (one
-// replica; it would only delay the first admission), and no visibility
-// server (its APIService is not installed: an aggregated API nobody serves
-// would stall every namespace deletion's discovery).
-const kueueConfig = `apiVersion: config.kueue.x-k8s.io/v1beta2
+// upstream's defaults but the ports above, the Job integration alone, no
+// leader election (one replica; it would only delay the first admission),
+// and no visibility server (its APIService is not installed: an aggregated
+// API nobody serves would stall every namespace deletion's discovery).
+var kueueConfig = fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 health:
-  healthProbeBindAddress: :8081
+  healthProbeBindAddress: :%[1]d
 metrics:
-  bindAddress: :8443
+  bindAddress: 127.0.0.1:%[2]d
 webhook:
-  port: 9443
+  port: %[3]d
 leaderElection:
   leaderElect: false
 manageJobsWithoutQueueName: false
@@ -60,13 +74,13 @@ featureGates:
 integrations:
   frameworks:
   - batch/job
-`
+`, kueueHealthPort, kueueMetricsPort, kueueWebhookPort)
 
 // kueueKustomization composes Kueue's components as its config/default
 // does (namespace kueue-system, prefix kueue-: the names its internal
 // certificate management looks for), without the visibility server and the
-// metrics Service, with the Configuration above and the image pushed to the
-// test registry.
+// metrics Service, with the Configuration above, the image pushed to the
+// test registry, and the manager in the node's network.
 const kueueKustomization = `namespace: kueue-system
 namePrefix: kueue-
 labels:
@@ -99,6 +113,8 @@ patches:
     spec:
       template:
         spec:
+          hostNetwork: true
+          dnsPolicy: ClusterFirstWithHostNet
           containers:
           - name: manager
             image: %[2]s
@@ -106,6 +122,17 @@ patches:
             args:
             - --config=/controller_manager_config.yaml
             - --zap-log-level=2
+            env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: 127.0.0.1
+            - name: KUBERNETES_SERVICE_PORT
+              value: "6443"
+            livenessProbe:
+              httpGet:
+                port: %[3]d
+            readinessProbe:
+              httpGet:
+                port: %[3]d
             # Upstream asks 500m and 512Mi: a quarter of the 2-core node
             # the parallel scenarios share.
             resources:
@@ -113,7 +140,7 @@ patches:
                 cpu: 10m
                 memory: 64Mi
             ports:
-            - containerPort: 9443
+            - containerPort: %[4]d
               name: webhook-server
               protocol: TCP
             volumeMounts:
@@ -131,6 +158,17 @@ patches:
             secret:
               defaultMode: 420
               secretName: kueue-webhook-server-cert
+- patch: |-
+    apiVersion: v1
+    kind: Service
+    metadata:
+      name: webhook-service
+      namespace: system
+    spec:
+      ports:
+      - port: 443
+        protocol: TCP
+        targetPort: %[4]d
 `
 
 // renderKueue builds Kueue's manifests from the module's
@@ -147,7 +185,7 @@ func renderKueue(dir, image string) ([]*unstructured.Unstructured, error) {
 	if err := os.CopyFS(filepath.Join(tmp, "components"), os.DirFS(filepath.Join(dir, "components"))); err != nil {
 		return nil, err
 	}
-	k := fmt.Sprintf(kueueKustomization, "components", image)
+	k := fmt.Sprintf(kueueKustomization, "components", image, kueueHealthPort, kueueWebhookPort)
 	for name, data := range map[string]string{"kustomization.yaml": k, "controller_manager_config.yaml": kueueConfig} {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(data), 0o644); err != nil {
 			return nil, err

@@ -146,15 +146,6 @@ kueue_push_args() {
 }
 kueue_env() {
 	unset KDEFER_E2E_KUEUE_IMAGE KDEFER_E2E_KUEUE_CONFIG KDEFER_E2E_KUEUE_SKIP
-	# Off by default until Kueue's manager reaches the apiserver here: the
-	# local cluster has no Service routing (no kube-proxy), so its in-cluster
-	# client dials 10.0.0.1:443 and fails (CI run w9, 2026-12-02); kdefer's
-	# own controller gets hostNetwork and 127.0.0.1:6443 instead, which would
-	# collide with Kueue's ports. KDEFER_E2E_KUEUE=1 runs the scenarios anyway.
-	if [[ ${KDEFER_E2E_KUEUE:-0} != 1 ]]; then
-		export KDEFER_E2E_KUEUE_SKIP="Kueue's manager cannot reach the apiserver on the local cluster (no Service routing); KDEFER_E2E_KUEUE=1 to run it (issue #17)"
-		return 0
-	fi
 	if [[ -s $STATE/pushed/kueue.pushed ]]; then
 		KDEFER_E2E_KUEUE_IMAGE=$(<"$STATE/pushed/kueue.pushed")
 		export KDEFER_E2E_KUEUE_IMAGE KDEFER_E2E_KUEUE_CONFIG=$KUEUE_DIR/config
