@@ -9,7 +9,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
@@ -83,15 +85,24 @@ func TestEvictedEphemeralStorage(t *testing.T) {
 	})
 }
 
+// TestActiveDeadlineSeconds: the Job's deadline passes while its pod runs
+// (outputs written); the Job controller deletes the pod. The deadline is
+// shortened once the pod is ready (activeDeadlineSeconds is mutable): a
+// fixed one counts from the Job's start, so on a loaded node it could pass
+// during the pod's start, before the outputs the test checks exist (CI run
+// w1, 2026-12-02, load average 51).
 func TestActiveDeadlineSeconds(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "deadline")
 	w := small
 	w.mode = "hold"
 	job := s.job("sim", w)
-	job.Spec.ActiveDeadlineSeconds = ptr.To[int64](25)
+	job.Spec.ActiveDeadlineSeconds = ptr.To[int64](3600)
 	s.create(job)
 	pod := s.waitReady(time.Minute)
+	if err := s.env.Client.Patch(s.ctx, job, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"activeDeadlineSeconds":1}}`))); err != nil {
+		t.Fatal(err)
+	}
 	run := s.waitFinished(pod, v1.TriggerDeadlineExceeded, v1.DeferRunSucceeded, 3*time.Minute)
 	s.checkOutputs("sim", pod, w, v1.TriggerDeadlineExceeded)
 	s.volumeReleased(run)
