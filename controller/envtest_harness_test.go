@@ -45,6 +45,13 @@ type harness struct {
 	deferPod controller.DeferPodOptions
 }
 
+// newHarness starts an apiserver of the test's own. Tests with a harness run
+// in parallel (t.Parallel: they mostly wait on the manager's timers, and the
+// package's tests one after another took 195 s, the unit tier's longest),
+// except those that compare kdefer's metrics before and after
+// (TestResume, TestDeferPodRefusedRecreated): the metrics are the process's,
+// so another harness's manager would move them; Go runs such serial tests
+// before the parallel ones start.
 func newHarness(t *testing.T) *harness {
 	env := envtest.Start(t)
 	h := &harness{t: t, env: env, c: env.Client, writes: &ct.WriteCounter{},

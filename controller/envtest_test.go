@@ -24,6 +24,7 @@ import (
 )
 
 func TestEnvtest(t *testing.T) {
+	t.Parallel() // see newHarness
 	h := newHarness(t)
 	h.start()
 	t.Run("triggers", func(t *testing.T) { h.t = t; testTriggers(h) })

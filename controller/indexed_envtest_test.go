@@ -35,6 +35,7 @@ const jobTrackingFinalizer = "batch.kubernetes.io/job-tracking"
 // Job controller, so the counting itself is the e2e scenario's
 // (test/e2e/indexed_test.go); this pins what it relies on.
 func TestIndexedJobFailurePolicy(t *testing.T) {
+	t.Parallel() // see newHarness
 	h := newHarness(t)
 	h.start()
 	ctx := context.Background()

@@ -32,6 +32,7 @@ import (
 // defer pod's own defer containers'; the ended pod's own token, a tenant
 // pod's and the defer pod's token for the apiserver's audience do not.
 func TestLogsEndpointEnvtest(t *testing.T) {
+	t.Parallel() // see newHarness
 	h := newHarness(t)
 	ctx := context.Background()
 	ns := h.namespace("logs")

@@ -15,6 +15,7 @@ import (
 // activeDeadlineSeconds and the run's status.deadline say so, and a shorter
 // deadline is left alone.
 func TestMaxDeadline(t *testing.T) {
+	t.Parallel() // see newHarness
 	h := newHarness(t)
 	h.deferPod.MaxDeadline = time.Hour
 	h.start()

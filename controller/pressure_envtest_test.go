@@ -25,6 +25,7 @@ import (
 // class the apiserver refuses (here: none of that name) leaves the defer pod
 // without one, with a Warning event, instead of without a defer pod.
 func TestDeferPodCritical(t *testing.T) {
+	t.Parallel() // see newHarness
 	for _, tc := range []struct {
 		name, class string
 		want        int32 // resolved priority
@@ -131,6 +132,7 @@ func TestDeferPodRefusedRecreated(t *testing.T) {
 // work volume go; after trigger Failed (policy default OnPressure) the pod is
 // left to the Job.
 func TestEndedPodDeleted(t *testing.T) {
+	t.Parallel() // see newHarness
 	h := newHarness(t)
 	h.start()
 	ns := h.namespace("ended")

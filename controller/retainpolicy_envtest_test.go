@@ -22,6 +22,7 @@ import (
 // `kdefer release` (the annotation) then releases it: every release is
 // kdefer's own delete, which the policy lets through.
 func TestReleaseUnderRetainPolicy(t *testing.T) {
+	t.Parallel() // see newHarness
 	h := newHarness(t)
 	h.env.InstallRetainPolicy(t)
 	alice := h.env.Impersonate(t, "alice", "system:masters")
