@@ -222,11 +222,19 @@ func run() error {
 						continue
 					}
 					for _, m := range mf.GetMetric() {
+						// One entry per series: the controller, and for
+						// the priority queue's depth its priority (p10:
+						// pods just ended, p0: bookkeeping and the rest).
+						var ctrlName, prio string
 						for _, l := range m.GetLabel() {
-							if l.GetName() == "name" || l.GetName() == "controller" {
-								parts = append(parts, fmt.Sprintf("%s/%s=%.0f", strings.TrimPrefix(mf.GetName(), "controller_runtime_"), l.GetValue(), m.GetGauge().GetValue()))
+							switch l.GetName() {
+							case "name", "controller":
+								ctrlName = l.GetValue()
+							case "priority":
+								prio = "/p" + l.GetValue()
 							}
 						}
+						parts = append(parts, fmt.Sprintf("%s/%s%s=%.0f", strings.TrimPrefix(mf.GetName(), "controller_runtime_"), ctrlName, prio, m.GetGauge().GetValue()))
 					}
 				}
 				sort.Strings(parts)
