@@ -56,6 +56,7 @@ tools:
 	$(TOOLS) azurite
 	$(TOOLS) kube
 	$(TOOLS) kueue
+	$(TOOLS) jobset
 
 envtest-assets: tools
 	mkdir -p $(ENVTEST_DIR)

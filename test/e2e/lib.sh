@@ -154,7 +154,7 @@ stop_registry() { stop_daemon "$1" registry 10; }
 # push_images STATE_DIR [ARGS...]: kdefer's images built from this tree (make
 # images: the one builder) for this machine's platform, pushed to the test
 # registry; STATE_DIR/pushed/NAME.pushed holds each REF@DIGEST. ARGS go to
-# the builder (e.g. --kueue BIN --kueue-tag TAG: Kueue's image too).
+# the builder (e.g. --manager kueue:TAG=BIN: Kueue's image too).
 push_images() {
 	local dir=$1
 	shift

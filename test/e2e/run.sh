@@ -135,23 +135,35 @@ run_tests() {
 	((failed == 0)) || { log "$failed of $runs $phase-node e2e runs failed"; return 1; }
 }
 
-# Kueue's manager (test/tools/install.sh kueue) is pushed with kdefer's images
-# in the single-node phase, where the Kueue scenarios run; the first of them
-# installs it (test/e2e/kueue_install_test.go) from the module's manifests,
-# kept next to the binary: Kueue costs nothing to the runs that do not use it.
-KUEUE_DIR=$("$ROOT/test/tools/install.sh" path kueue)
-kueue_push_args() {
-	[[ $1 == single && -x $KUEUE_DIR/kueue ]] || return 0
-	echo "--kueue $KUEUE_DIR/kueue --kueue-tag ${KUEUE_DIR##*/kueue-}"
+# Other projects' managers (test/tools/install.sh kueue, jobset) are pushed
+# with kdefer's images in the single-node phase, where their scenarios run;
+# the first scenario of each installs it (test/e2e/*_install_test.go) from
+# the module's manifests, kept next to the binary: they cost nothing to the
+# runs that do not use them. Each NAME's scenarios get
+# KDEFER_E2E_NAME_IMAGE (what was pushed) and KDEFER_E2E_NAME_CONFIG (the
+# module's config/components), or KDEFER_E2E_NAME_SKIP with the reason.
+MANAGERS="kueue jobset"
+manager_push_args() {
+	[[ $1 == single ]] || return 0
+	local m d
+	for m in $MANAGERS; do
+		d=$("$ROOT/test/tools/install.sh" path "$m")
+		[[ -x $d/$m ]] && echo "--manager $m:${d##*/"$m"-}=$d/$m"
+	done
+	return 0
 }
-kueue_env() {
-	unset KDEFER_E2E_KUEUE_IMAGE KDEFER_E2E_KUEUE_CONFIG KDEFER_E2E_KUEUE_SKIP
-	if [[ -s $STATE/pushed/kueue.pushed ]]; then
-		KDEFER_E2E_KUEUE_IMAGE=$(<"$STATE/pushed/kueue.pushed")
-		export KDEFER_E2E_KUEUE_IMAGE KDEFER_E2E_KUEUE_CONFIG=$KUEUE_DIR/config
-	elif [[ $install == kustomize ]]; then
-		export KDEFER_E2E_KUEUE_SKIP="KDEFER_E2E_INSTALL=kustomize: no test registry for Kueue's image"
-	fi
+manager_env() {
+	local m M d
+	for m in $MANAGERS; do
+		M=${m^^}
+		d=$("$ROOT/test/tools/install.sh" path "$m")
+		unset "KDEFER_E2E_${M}_IMAGE" "KDEFER_E2E_${M}_CONFIG" "KDEFER_E2E_${M}_SKIP"
+		if [[ -s $STATE/pushed/$m.pushed ]]; then
+			export "KDEFER_E2E_${M}_IMAGE=$(<"$STATE/pushed/$m.pushed")" "KDEFER_E2E_${M}_CONFIG=$d/config"
+		elif [[ $install == kustomize ]]; then
+			export "KDEFER_E2E_${M}_SKIP=KDEFER_E2E_INSTALL=kustomize: no test registry for the $m image"
+		fi
+	done
 }
 
 # The MinIO binary for tests that run their own server (test/s3server).
@@ -192,10 +204,10 @@ for phase in $PHASES; do
 		t0=$SECONDS
 		start_registry "$STATE"
 		# shellcheck disable=SC2046
-		push_images "$STATE" $(kueue_push_args "$phase")
+		push_images "$STATE" $(manager_push_args "$phase")
 		log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
 	fi
-	kueue_env
+	manager_env
 	built=1
 	rm -rf "$STATE/data" # every phase starts with an empty bucket
 	start_minio "$STATE"

@@ -168,16 +168,30 @@ func scratchFiles(path string, bin []byte) []file {
 	return files
 }
 
-// kueueImage packages Kueue's manager, a static binary built by
-// test/tools/install.sh kueue, as kdefer's own are packaged: FROM scratch,
-// for this machine's platform, at /manager (the command of Kueue's own
-// Deployment, config/components/manager), run as nonroot (65532: the
-// Deployment asks runAsNonRoot without a user).
-func kueueImage(bin, tag string) (built, error) {
-	if err := mustBeStatic(bin); err != nil {
+// managerBin is another project's prebuilt manager: the image name, its
+// tag (the project's version) and the binary.
+type managerBin struct{ name, tag, bin string }
+
+// parseManager reads --manager NAME:TAG=BIN.
+func parseManager(v string) (managerBin, error) {
+	ref, bin, ok := strings.Cut(v, "=")
+	n, tag, ok2 := strings.Cut(ref, ":")
+	if !ok || !ok2 || n == "" || tag == "" || bin == "" || tag == "latest" {
+		return managerBin{}, fmt.Errorf("--manager %q: want NAME:TAG=BIN with a fixed TAG (e.g. kueue:v0.17.0=/path/to/kueue)", v)
+	}
+	return managerBin{name: n, tag: tag, bin: bin}, nil
+}
+
+// managerImage packages another project's controller-runtime manager (Kueue's,
+// JobSet's), a static binary built by test/tools/install.sh, as kdefer's own
+// are packaged: FROM scratch, for this machine's platform, at /manager (the
+// command of both projects' own Deployments, config/components/manager), run
+// as nonroot (65532: the Deployments ask runAsNonRoot without a user).
+func managerImage(m managerBin) (built, error) {
+	if err := mustBeStatic(m.bin); err != nil {
 		return built{}, err
 	}
-	data, err := os.ReadFile(bin)
+	data, err := os.ReadFile(m.bin)
 	if err != nil {
 		return built{}, err
 	}
@@ -185,7 +199,7 @@ func kueueImage(bin, tag string) (built, error) {
 		Entrypoint: []string{"/manager"},
 		User:       "65532:65532",
 	})
-	return built{name: "kueue", tag: tag, images: []platformImage{{hostPlatform, img}}}, err
+	return built{name: m.name, tag: m.tag, images: []platformImage{{hostPlatform, img}}}, err
 }
 
 // image makes a one-layer OCI image of files for platform p, every time

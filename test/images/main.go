@@ -13,7 +13,8 @@
 //	kdefer.io/busybox:VERSION            Debian's busybox-static with its applet links
 //	kdefer.io/kdefer-stage:TAG           ./cmd/kdefer-stage
 //	kdefer.io/kdefer-controller:TAG      ./cmd/kdefer-controller, as 65532
-//	kdefer.io/kueue:KUEUE_TAG            --kueue BIN: Kueue's manager (test/tools/install.sh kueue)
+//	kdefer.io/NAME:TAG                   --manager NAME:TAG=BIN: another project's manager, prebuilt
+//	                                     (test/tools/install.sh kueue, jobset), e.g. kueue:v0.17.0
 //
 // kdefer.io and the names come from api/v1alpha1 (ImageRepository,
 // StageImageName, ControllerImageName). A tarball's TAG is version.Version,
@@ -74,8 +75,12 @@ func main() {
 	tag := flag.String("tag", os.Getenv("KDEFER_IMAGE_TAG"), "tag of kdefer's images, and their version (not \"latest\")")
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
 	only := flag.String("only", "", "comma-separated images to build (default: all)")
-	kueueBin := flag.String("kueue", "", "Kueue's manager binary (test/tools/install.sh kueue) for the kueue image; none without it")
-	kueueTag := flag.String("kueue-tag", "", "the kueue image's tag: the Kueue version the binary was built from")
+	var managers []managerBin
+	flag.Func("manager", "NAME:TAG=BIN: an image NAME:TAG of another project's prebuilt manager BIN (test/tools/install.sh kueue, jobset; TAG its version); repeatable", func(v string) error {
+		m, err := parseManager(v)
+		managers = append(managers, m)
+		return err
+	})
 	flag.Parse()
 	want := func(n string) bool { return *only == "" || strings.Contains(","+*only+",", ","+n+",") }
 	root, err := repo.Root()
@@ -124,15 +129,15 @@ func main() {
 		}
 		imgs = append(imgs, b)
 	}
-	if *kueueBin != "" && want("kueue") {
-		if *kueueTag == "" {
-			fatalf("--kueue needs --kueue-tag (the Kueue version)")
+	for _, mb := range managers {
+		if !want(mb.name) {
+			continue
 		}
-		k, err := kueueImage(*kueueBin, *kueueTag)
+		b, err := managerImage(mb)
 		if err != nil {
-			fatalf("kueue image: %v", err)
+			fatalf("%s image: %v", mb.name, err)
 		}
-		imgs = append(imgs, k)
+		imgs = append(imgs, b)
 	}
 	for _, cmd := range kdeferCmds {
 		if !want(cmd.name) {

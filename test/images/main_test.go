@@ -96,11 +96,13 @@ func TestBusyboxImage(t *testing.T) {
 	}
 }
 
-// TestKueueImage: Kueue's prebuilt manager becomes a FROM-scratch image
-// that Kueue's own Deployment runs unchanged: /manager, as a non-root user
-// by number (runAsNonRoot without runAsUser needs one); a dynamically
-// linked binary is refused (it could not run from scratch).
-func TestKueueImage(t *testing.T) {
+// TestManagerImage: another project's prebuilt manager (Kueue's, JobSet's)
+// becomes a FROM-scratch image that the project's own Deployment runs
+// unchanged: /manager, as a non-root user by number (runAsNonRoot without
+// runAsUser needs one), named and tagged as --manager says; a dynamically
+// linked binary is refused (it could not run from scratch), and so is a
+// --manager without a name, a tag, or with tag latest.
+func TestManagerImage(t *testing.T) {
 	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -109,11 +111,15 @@ func TestKueueImage(t *testing.T) {
 	if err := goBuild(root, "./test/images/pause", bin, "", hostPlatform); err != nil {
 		t.Fatal(err)
 	}
-	k, err := kueueImage(bin, "v0.17.0")
+	m, err := parseManager("jobset:v0.11.1=" + bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.name != "kueue" || k.tag != "v0.17.0" || len(k.images) != 1 {
+	k, err := managerImage(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.name != "jobset" || k.tag != "v0.11.1" || len(k.images) != 1 {
 		t.Fatalf("built %s:%s with %d platforms", k.name, k.tag, len(k.images))
 	}
 	cf, err := k.images[0].img.ConfigFile()
@@ -124,8 +130,13 @@ func TestKueueImage(t *testing.T) {
 		t.Errorf("entrypoint %v user %q, want [/manager] 65532:65532", ep, cf.Config.User)
 	}
 	if _, err := os.Stat("/bin/dash"); err == nil {
-		if _, err := kueueImage("/bin/dash", "v0.17.0"); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		if _, err := managerImage(managerBin{"kueue", "v0.17.0", "/bin/dash"}); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 			t.Errorf("a dynamically linked binary: err %v, want it refused", err)
+		}
+	}
+	for _, bad := range []string{"kueue=" + bin, "kueue:=" + bin, ":v1=" + bin, "kueue:v1", "kueue:latest=" + bin} {
+		if _, err := parseManager(bad); err == nil {
+			t.Errorf("--manager %q accepted, want it refused", bad)
 		}
 	}
 }

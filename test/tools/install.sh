@@ -6,7 +6,7 @@
 # the machine, so CI's fresh clone reuses them). A tool whose cached binary
 # exists is not rebuilt.
 #
-#   test/tools/install.sh kube|etcd|minio|mc|s5cmd|azurite|kueue|all
+#   test/tools/install.sh kube|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all
 #   test/tools/install.sh path NAME   # prints the directory holding NAME
 set -euo pipefail
 
@@ -52,6 +52,9 @@ AZURITE_VERSION=3.37.0
 # Kueue's manager for the e2e Kueue scenarios, at the version
 # test/tools/kueue/go.mod requires (its one source).
 KUEUE_VERSION=$(awk '$1 == "sigs.k8s.io/kueue" { print $2 }' "$root/test/tools/kueue/go.mod")
+# JobSet's manager for the e2e JobSet scenario, at the version
+# test/tools/jobset/go.mod requires (its one source).
+JOBSET_VERSION=$(awk '$1 == "sigs.k8s.io/jobset" { print $2 }' "$root/test/tools/jobset/go.mod")
 
 dir_of() {
 	case "$1" in
@@ -62,6 +65,7 @@ dir_of() {
 	s5cmd) echo "$tools/s5cmd-$S5CMD_VERSION" ;;
 	azurite) echo "$tools/azurite-$AZURITE_VERSION" ;;
 	kueue) echo "$tools/kueue-$KUEUE_VERSION" ;;
+	jobset) echo "$tools/jobset-$JOBSET_VERSION" ;;
 	*) echo "unknown tool $1" >&2; return 2 ;;
 	esac
 }
@@ -170,27 +174,32 @@ WRAP
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 
-# Kueue's manager, built in test/tools/kueue (a wrapper module whose shared
-# dependencies are kdefer's own versions, so a cold build compiles only what
-# kdefer's does not), and next to it the module's config/components, which
-# the e2e harness renders with kustomize (test/e2e/kueue_install_test.go):
-# binary and manifests of one version, from one download.
-build_kueue() {
-	have kueue kueue && [ -d "$(dir_of kueue)/config/components" ] && return 0
-	local d src; d=$(dir_of kueue)
-	log "building kueue $KUEUE_VERSION"
+# A controller-runtime manager of another project (Kueue, JobSet), built in
+# its wrapper module test/tools/NAME (whose shared dependencies are set so
+# that a cold build compiles only what kdefer's or Kueue's did not), and
+# next to it the module's config/components, which the e2e harness renders
+# with kustomize (test/e2e/*_install_test.go): binary and manifests of one
+# version, from one download.
+#   build_manager NAME VERSION MODULE PACKAGE
+build_manager() {
+	local name=$1 version=$2 module=$3 pkg=$4 d src
+	have "$name" "$name" && [ -d "$(dir_of "$name")/config/components" ] && return 0
+	d=$(dir_of "$name")
+	log "building $name $version"
 	rm -rf "$d.tmp"; mkdir -p "$d.tmp"
-	(cd "$root/test/tools/kueue" && timed "kueue $KUEUE_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/kueue" sigs.k8s.io/kueue/cmd/kueue)
-	src=$(cd "$root/test/tools/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+	(cd "$root/test/tools/$name" && timed "$name $version" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/$name" "$pkg")
+	src=$(cd "$root/test/tools/$name" && go list -m -f '{{.Dir}}' "$module")
 	mkdir -p "$d.tmp/config"
 	cp -r "$src/config/components" "$d.tmp/config/"
 	chmod -R u+w "$d.tmp/config"
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
+build_kueue() { build_manager kueue "$KUEUE_VERSION" sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue; }
+build_jobset() { build_manager jobset "$JOBSET_VERSION" sigs.k8s.io/jobset sigs.k8s.io/jobset; }
 
 case "${1:-}" in
-kube | etcd | minio | mc | s5cmd | azurite | kueue) "build_$1" ;;
-all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd; build_azurite; build_kueue ;;
+kube | etcd | minio | mc | s5cmd | azurite | kueue | jobset) "build_$1" ;;
+all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd; build_azurite; build_kueue; build_jobset ;;
 path) dir_of "$2" ;;
-*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|kueue|all|path NAME" >&2; exit 2 ;;
+*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all|path NAME" >&2; exit 2 ;;
 esac
