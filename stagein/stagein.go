@@ -287,14 +287,22 @@ func (d *downloader) present(ctx context.Context, en *entry) (bool, error) {
 
 func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 	moved := d.prog.Attempt()
+	retry := false
 	err := d.o.Retry.Do(ctx, func(ctx context.Context) error {
 		moved.Restart()
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return err
+		// Only a retry starts over: f is new and empty. Truncating it
+		// anyway is not free on ext4 (auto_da_alloc): a file truncated to
+		// 0 is taken for one being replaced, so its close starts writeback
+		// of its data at once, in the download's time, not the kernel's.
+		if retry {
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			if err := f.Truncate(0); err != nil {
+				return err
+			}
 		}
-		if err := f.Truncate(0); err != nil {
-			return err
-		}
+		retry = true
 		r, oi, err := d.be.NewReader(ctx, en.key, 0, -1)
 		if err != nil {
 			return err

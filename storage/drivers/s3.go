@@ -233,7 +233,11 @@ func (s *s3Backend) NewReader(ctx context.Context, key string, off, length int64
 	opts := minio.GetObjectOptions{}
 	whole := off == 0 && length < 0
 	if whole {
-		opts.Checksum = true
+		// The header, not opts.Checksum: that also wraps the body in
+		// minio-go's own CRC32C check, a second hash of every byte the
+		// stage engines already hash and verify (with their own error
+		// classes).
+		opts.Set("x-amz-checksum-mode", "ENABLED")
 	} else {
 		end := int64(-1)
 		if length >= 0 {

@@ -27,6 +27,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/kdefer/kdefer/stagecontract"
 )
 
 const (
@@ -41,13 +43,21 @@ type shape struct {
 	size  int64
 	// dirs spreads files over nested directories: d<i%dirs>/s<i%sub>/f<i>
 	dirs, sub int
+	// allSums adds an upload by kdefer-stage with every checksum a
+	// manifest can record (sumsTool), priced against the peers' uploads.
+	allSums bool
 }
 
 var shapes = []shape{
-	{"1000x1MiB", 1000, 1 << 20, 10, 10},
-	{"4x256MiB", 4, 256 << 20, 1, 1},
-	{"20000x4KiB", 20000, 4 << 10, 20, 50},
+	{"1000x1MiB", 1000, 1 << 20, 10, 10, true},
+	{"4x256MiB", 4, 256 << 20, 1, 1, false},
+	{"20000x4KiB", 20000, 4 << 10, 20, 50, false},
 }
+
+// sumsTool is kdefer-stage uploading with --checksums set to every optional
+// checksum (MD5, SHA-256, Adler-32 on top of CRC32C, in the same read pass):
+// what a policy asking for all of them costs (issue #16 item 4).
+const sumsTool = "kdefer-sums"
 
 type tool struct {
 	name string
@@ -117,11 +127,15 @@ func main() {
 		return "s3://" + bucket + "/" + prefix + "?endpoint=" + endpoint + "&region=us-east-1&use_path_style=true"
 	}
 	tools := []tool{{"kdefer", kbin}, {"s5cmd", s5Bin}, {"mc", mcBin}}
+	withSums := append(tools[:len(tools):len(tools)], tool{sumsTool, kbin})
 	cmdFor := func(t tool, op, dir, prefix string) *exec.Cmd {
 		var args []string
 		switch t.name + "/" + op {
 		case "kdefer/upload":
 			args = []string{"out", "--from", dir, "--to", s3url(prefix), "--summary-file", "-", "--progress-interval", "-1s"}
+		case sumsTool + "/upload":
+			args = []string{"out", "--from", dir, "--to", s3url(prefix), "--summary-file", "-", "--progress-interval", "-1s",
+				"--checksums", strings.Join(stagecontract.ManifestChecksums, ",")}
 		case "kdefer/download":
 			args = []string{"in", "--from", s3url(prefix), "--to", dir, "--summary-file", "-", "--progress-interval", "-1s"}
 		case "s5cmd/upload":
@@ -157,14 +171,21 @@ func main() {
 
 		// Upload: each run to a fresh prefix, removed afterwards so every
 		// tool writes into the same, small bucket.
+		upTools := tools
+		if sh.allSums {
+			upTools = withSums
+		}
 		for r := range *runs {
-			for i := range tools {
-				t := tools[(i+r)%len(tools)] // alternate who goes first
+			for i := range upTools {
+				t := upTools[(i+r)%len(upTools)] // alternate who goes first
 				prefix := fmt.Sprintf("up/%s/%s/%d/", sh.name, t.name, r)
 				s := measure(cmdFor(t, "upload", src, prefix))
 				log.Printf("upload   %-11s %-6s run %d: %6.2fs cpu %6.2fs rss %4d MiB", sh.name, t.name, r, s.wall.Seconds(), s.cpu.Seconds(), s.rssKiB>>10)
 				if n := count(ctx, client, prefix); n < sh.files {
 					log.Fatalf("%s uploaded %d of %d objects", t.name, n, sh.files)
+				}
+				if t.name == sumsTool {
+					checkAllSums(ctx, client, prefix)
 				}
 				results[key{sh.name, "upload", t.name}] = append(results[key{sh.name, "upload", t.name}], s)
 				removePrefix(ctx, client, prefix, dataDir)
@@ -197,6 +218,24 @@ func main() {
 	}
 
 	report(selected, tools, results, bytesOf, minioBin, mcBin, s5Bin)
+}
+
+// checkAllSums fails the benchmark unless the manifest under prefix records
+// every optional checksum for every file: a run that silently skipped the
+// hashes would price nothing.
+func checkAllSums(ctx context.Context, c *minio.Client, prefix string) {
+	obj, err := c.GetObject(ctx, bucket, prefix+stagecontract.ManifestKey, minio.GetObjectOptions{})
+	check(err)
+	defer obj.Close()
+	var m stagecontract.Manifest
+	check(json.NewDecoder(obj).Decode(&m))
+	for _, f := range m.Files {
+		for _, name := range stagecontract.ManifestChecksums {
+			if f.Checksums[name] == "" {
+				log.Fatalf("%s: manifest has no %s for %s", sumsTool, name, f.Key)
+			}
+		}
+	}
 }
 
 func buildStage(root, work string) string {
@@ -501,28 +540,41 @@ func report(selected []shape, tools []tool, results map[key][]sample, bytesOf ma
 	// test/tools/install.sh builds them under.
 	ver := func(bin string) string { return filepath.Base(filepath.Dir(bin)) }
 	fmt.Fprintf(&md, "- Versions: kdefer-stage %s (%s), %s, %s, %s (as pinned in test/tools/install.sh)\n", strings.TrimSpace(string(commit)), runtime.Version(), ver(minioBin), ver(mcBin), ver(s5Bin))
-	fmt.Fprintf(&md, "- Method: one MinIO on 127.0.0.1 (client and server share the CPUs), data in page cache, %d runs per cell alternating tool order, median wall time and CPU, peak RSS of the worst run; client CPU = user+sys of the tool's process (rusage), RSS = its maxrss. Each tool uses its default concurrency (kdefer-stage 16).\n\n", *runs)
+	fmt.Fprintf(&md, "- Method: one MinIO on 127.0.0.1 (client and server share the CPUs), data in page cache, %d runs per cell alternating tool order, median wall time and CPU, peak RSS of the worst run; client CPU = user+sys of the tool's process (rusage), RSS = its maxrss. Each tool uses its default concurrency (kdefer-stage 16). %s is kdefer-stage out --checksums %s: every checksum a manifest can record besides CRC32C, in the same read pass.\n\n", *runs, sumsTool, strings.Join(stagecontract.ManifestChecksums, ","))
 	fmt.Fprintf(&md, "| shape | op | tool | wall s | MB/s | files/s | client CPU s/GB | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n")
 	var lines []string
 	for _, sh := range selected {
 		for _, op := range []string{"upload", "download"} {
 			st := map[string]stat{}
-			for _, t := range tools {
+			cells := tools
+			if op == "upload" && sh.allSums {
+				cells = append(tools[:len(tools):len(tools)], tool{name: sumsTool})
+			}
+			for _, t := range cells {
 				st[t.name] = median(results[key{sh.name, op, t.name}])
 				s := st[t.name]
 				gb := float64(bytesOf[sh.name]) / 1e9
 				fmt.Fprintf(&md, "| %s | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f |\n", sh.name, op, t.name, s.wall.Seconds(),
 					float64(bytesOf[sh.name])/1e6/s.wall.Seconds(), float64(sh.files)/s.wall.Seconds(), s.cpu.Seconds()/gb, s.rssMiB)
 			}
-			k := st["kdefer"]
-			for _, vs := range []string{"s5cmd", "mc"} {
-				o := st[vs]
-				line := fmt.Sprintf("RESULT shape=%s op=%s vs=%s throughput_ratio=%.2f cpu_ratio=%.2f rss_mib=%.0f",
-					sh.name, op, vs, o.wall.Seconds()/k.wall.Seconds(), k.cpu.Seconds()/o.cpu.Seconds(), k.rssMiB)
-				if vs == "s5cmd" {
-					fmt.Println(line)
+			for _, kt := range []string{"kdefer", sumsTool} {
+				k, ok := st[kt]
+				if !ok {
+					continue
 				}
-				lines = append(lines, line)
+				sums := ""
+				if kt == sumsTool {
+					sums = " checksum=all"
+				}
+				for _, vs := range []string{"s5cmd", "mc"} {
+					o := st[vs]
+					line := fmt.Sprintf("RESULT shape=%s op=%s%s vs=%s throughput_ratio=%.2f cpu_ratio=%.2f rss_mib=%.0f",
+						sh.name, op, sums, vs, o.wall.Seconds()/k.wall.Seconds(), k.cpu.Seconds()/o.cpu.Seconds(), k.rssMiB)
+					if vs == "s5cmd" {
+						fmt.Println(line)
+					}
+					lines = append(lines, line)
+				}
 			}
 		}
 	}
