@@ -15,7 +15,6 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +25,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -84,6 +82,10 @@ func main() {
 		spawnerLoop()
 		return
 	}
+	if dir := os.Getenv(versityDirEnv); dir != "" {
+		runVersityGW(dir, os.Getenv(versityAddrEnv))
+		return
+	}
 	flag.Parse()
 	startSpawner()
 	log.SetFlags(log.Ltime)
@@ -108,15 +110,20 @@ func main() {
 		return p
 	}
 	if *scale > 0 {
-		runScale(root, work, toolPath("minio"))
+		minioBin := ""
+		if *scaleServer == serverMinIO {
+			minioBin = toolPath("minio")
+		}
+		runScale(root, work, minioBin)
 		return
 	}
 	minioBin, mcBin, s5Bin := toolPath("minio"), toolPath("mc"), toolPath("s5cmd")
 	kbin := buildStage(root, work)
 
 	dataDir := filepath.Join(work, "minio-data")
-	addr, client, stop := startStore(minioBin, dataDir)
-	defer stop()
+	st := startStore(serverMinIO, minioBin, dataDir)
+	defer st.stop()
+	addr, client := st.addr, st.client
 	ctx := context.Background()
 
 	env := append(os.Environ(),
@@ -260,41 +267,6 @@ func freeAddr() string {
 	return l.Addr().String()
 }
 
-// startStore starts MinIO on an empty dataDir (a reused -work holds the
-// last run's bucket) with the benchmark's bucket made, and returns its
-// address, a client, and how to stop it.
-func startStore(minioBin, dataDir string) (addr string, client *minio.Client, stop func()) {
-	addr = freeAddr()
-	check(os.RemoveAll(dataDir))
-	srv := startMinIO(minioBin, addr, dataDir)
-	stop = func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }
-	client, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
-	check(err)
-	check(client.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
-	return addr, client, stop
-}
-
-func startMinIO(bin, addr, dir string) *exec.Cmd {
-	c := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", freeAddr(), dir)
-	c.Env = append(os.Environ(), "MINIO_ROOT_USER="+accessKey, "MINIO_ROOT_PASSWORD="+secretKey, "MINIO_BROWSER=off", "MINIO_UPDATE=off")
-	c.Stdout, c.Stderr = io.Discard, os.Stderr
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	check(c.Start())
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + addr + "/minio/health/cluster")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return c
-			}
-		}
-		time.Sleep(100 * time.Millisecond) // poll the readiness endpoint
-	}
-	log.Fatal("minio did not become ready")
-	return nil
-}
-
 // generate writes incompressible files; nested directories for many files.
 func generate(dir string, sh shape) {
 	r := rand.New(rand.NewPCG(uint64(sh.files), uint64(sh.size)))
@@ -341,6 +313,7 @@ type spawnReq struct {
 	Args   []string
 	Env    []string
 	TmpDir string // when set, sample the size of the child's open files there
+	Stream bool   // also copy the child's output to stderr as it comes (progress of a long run)
 }
 
 type spawnResp struct {
@@ -380,7 +353,11 @@ func spawnerLoop() {
 		c := exec.Command(req.Args[0], req.Args[1:]...)
 		c.Env = req.Env
 		var out strings.Builder
-		c.Stdout, c.Stderr = &out, &out
+		var w io.Writer = &out
+		if req.Stream {
+			w = io.MultiWriter(&out, os.Stderr)
+		}
+		c.Stdout, c.Stderr = w, w // one writer: exec copies both through one pipe
 		start := time.Now()
 		err := c.Start()
 		var tmpPeak int64
@@ -437,15 +414,15 @@ func sampleOpenFiles(pid int, dir string, stop <-chan struct{}) int64 {
 	}
 }
 
-func measure(c *exec.Cmd) sample { return measureTmp(c, "") }
+func measure(c *exec.Cmd) sample { return measureTmp(c, "", false) }
 
 // measureTmp runs c in the spawner; with tmpDir, it also samples the size of
-// the files c holds open there.
-func measureTmp(c *exec.Cmd, tmpDir string) sample {
+// the files c holds open there; with stream, c's output goes to stderr too.
+func measureTmp(c *exec.Cmd, tmpDir string, stream bool) sample {
 	// Flush the previous run's dirty pages first: otherwise the next tool
 	// pays for its predecessor's writeback.
 	syscall.Sync()
-	check(spawner.enc.Encode(spawnReq{Args: c.Args, Env: c.Env, TmpDir: tmpDir}))
+	check(spawner.enc.Encode(spawnReq{Args: c.Args, Env: c.Env, TmpDir: tmpDir, Stream: stream}))
 	var resp spawnResp
 	check(spawner.dec.Decode(&resp))
 	if resp.Err != "" {
