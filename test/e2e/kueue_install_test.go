@@ -50,99 +50,11 @@ integrations:
   - batch/job
 `, kueueHealthPort, kueueMetricsPort, kueueWebhookPort)
 
-// kueueKustomizationFormat composes Kueue's components as its config/default
-// does (namespace kueue-system, prefix kueue-: the names its internal
-// certificate management looks for), without the visibility server and the
-// metrics Service, with the Configuration above, the image pushed to the
-// test registry, and the manager in the node's network.
-const kueueKustomizationFormat = `namespace: kueue-system
-namePrefix: kueue-
-labels:
-- pairs:
-    app.kubernetes.io/name: kueue
-  includeTemplates: true
-- pairs:
+// kueueSelectorLabels: Kueue's config/default also selects its pods by
+// control-plane.
+const kueueSelectorLabels = `- pairs:
     control-plane: controller-manager
   includeSelectors: true
-resources:
-- %[1]s/crd
-- %[1]s/rbac
-- %[1]s/manager
-- %[1]s/internalcert
-- %[1]s/webhook
-configMapGenerator:
-- name: manager-config
-  behavior: replace
-  files:
-  - controller_manager_config.yaml
-  options:
-    disableNameSuffixHash: true
-patches:
-- patch: |-
-    apiVersion: apps/v1
-    kind: Deployment
-    metadata:
-      name: controller-manager
-      namespace: system
-    spec:
-      template:
-        spec:
-          hostNetwork: true
-          dnsPolicy: ClusterFirstWithHostNet
-          containers:
-          - name: manager
-            image: %[2]s
-            imagePullPolicy: IfNotPresent
-            args:
-            - --config=/controller_manager_config.yaml
-            - --zap-log-level=2
-            env:
-            - name: KUBERNETES_SERVICE_HOST
-              value: 127.0.0.1
-            - name: KUBERNETES_SERVICE_PORT
-              value: "6443"
-            livenessProbe:
-              httpGet:
-                port: %[3]d
-            readinessProbe:
-              httpGet:
-                port: %[3]d
-            # Upstream asks 500m and 512Mi: a quarter of the 2-core node
-            # the parallel scenarios share.
-            resources:
-              requests:
-                cpu: 10m
-                memory: 64Mi
-            ports:
-            - containerPort: %[4]d
-              name: webhook-server
-              protocol: TCP
-            volumeMounts:
-            - name: manager-config
-              mountPath: /controller_manager_config.yaml
-              subPath: controller_manager_config.yaml
-            - name: cert
-              mountPath: /tmp/k8s-webhook-server/serving-certs
-              readOnly: true
-          volumes:
-          - name: manager-config
-            configMap:
-              name: manager-config
-          - name: cert
-            secret:
-              defaultMode: 420
-              secretName: kueue-webhook-server-cert
-- patch: |-
-    apiVersion: v1
-    kind: Service
-    metadata:
-      name: webhook-service
-      namespace: system
-    spec:
-      ports:
-      - port: 443
-        protocol: TCP
-        targetPort: %[4]d
 `
 
 // kueue is Kueue's manager in the e2e cluster.
@@ -150,7 +62,7 @@ var kueue = &manager{
 	name: "Kueue", env: "KUEUE", namespace: "kueue-system", deployment: "kueue-controller-manager",
 	namespaceLabel: kueueNamespaceLabel,
 	kustomization: func(image string) string {
-		return fmt.Sprintf(kueueKustomizationFormat, "components", image, kueueHealthPort, kueueWebhookPort)
+		return fmt.Sprintf(managerKustomizationFormat, "components", image, kueueHealthPort, kueueWebhookPort, "kueue", kueueSelectorLabels)
 	},
 	files: map[string]string{"controller_manager_config.yaml": kueueConfig},
 	// A dry-run create goes through Kueue's defaulting and validating

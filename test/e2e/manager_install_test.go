@@ -234,3 +234,98 @@ func manifestObject(manifest string) *unstructured.Unstructured {
 	}
 	return u
 }
+
+// managerKustomizationFormat composes a project's config/components as its
+// config/default does (namespace %[5]s-system, prefix %[5]s-: the names its
+// internal certificate management looks for; %[6]s: labels of its own),
+// without its metrics Service (nor Kueue's visibility server), with its
+// Configuration (controller_manager_config.yaml beside it), the image pushed
+// to the test registry (%[2]s), and the manager in the node's network;
+// %[1]s is the components' directory, %[3]d and %[4]d the health and
+// webhook ports.
+const managerKustomizationFormat = `namespace: %[5]s-system
+namePrefix: %[5]s-
+labels:
+- pairs:
+    app.kubernetes.io/name: %[5]s
+  includeTemplates: true
+%[6]sresources:
+- %[1]s/crd
+- %[1]s/rbac
+- %[1]s/manager
+- %[1]s/internalcert
+- %[1]s/webhook
+configMapGenerator:
+- name: manager-config
+  behavior: replace
+  files:
+  - controller_manager_config.yaml
+  options:
+    disableNameSuffixHash: true
+patches:
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: controller-manager
+      namespace: system
+    spec:
+      template:
+        spec:
+          hostNetwork: true
+          dnsPolicy: ClusterFirstWithHostNet
+          containers:
+          - name: manager
+            image: %[2]s
+            imagePullPolicy: IfNotPresent
+            args:
+            - --config=/controller_manager_config.yaml
+            - --zap-log-level=2
+            env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: 127.0.0.1
+            - name: KUBERNETES_SERVICE_PORT
+              value: "6443"
+            livenessProbe:
+              httpGet:
+                port: %[3]d
+            readinessProbe:
+              httpGet:
+                port: %[3]d
+            # Upstream asks 500m (and 512Mi): a quarter of the 2-core
+            # node the parallel scenarios share.
+            resources:
+              requests:
+                cpu: 10m
+                memory: 64Mi
+            ports:
+            - containerPort: %[4]d
+              name: webhook-server
+              protocol: TCP
+            volumeMounts:
+            - name: manager-config
+              mountPath: /controller_manager_config.yaml
+              subPath: controller_manager_config.yaml
+            - name: cert
+              mountPath: /tmp/k8s-webhook-server/serving-certs
+              readOnly: true
+          volumes:
+          - name: manager-config
+            configMap:
+              name: manager-config
+          - name: cert
+            secret:
+              defaultMode: 420
+              secretName: %[5]s-webhook-server-cert
+- patch: |-
+    apiVersion: v1
+    kind: Service
+    metadata:
+      name: webhook-service
+      namespace: system
+    spec:
+      ports:
+      - port: 443
+        protocol: TCP
+        targetPort: %[4]d
+`
