@@ -92,7 +92,13 @@ func TestMultiNodeControllerDrain(t *testing.T) {
 	d := s.drainNode(node)
 	d.wait(t, time.Minute)
 	s.logf("drain of the leader's node %s done in %s (leader %s evicted)", node, time.Since(start).Round(time.Second), leader.Name)
-	err := clusterenv.WaitFor(s.ctx, 30*time.Second, "the standby "+standby.Name+" to take the Lease", func(context.Context) (bool, error) {
+	// The evicted leader releases the Lease when its manager has stopped
+	// (GracefulShutdownTimeout 10 s); killed first, at the chart's
+	// terminationGracePeriodSeconds (15 s), it leaves the Lease to expire
+	// (controller-runtime's LeaseDuration, 15 s), and the standby retries
+	// every 2 s: up to ~32 s after the eviction, by design. 30 s was below
+	// that and failed once under load (CI run w3, 2026-12-02).
+	err := clusterenv.WaitFor(s.ctx, time.Minute, "the standby "+standby.Name+" to take the Lease", func(context.Context) (bool, error) {
 		return s.leads(standby.Name), nil
 	})
 	if err != nil {
