@@ -39,19 +39,8 @@ func StartVersity(t testing.TB) string {
 		}
 		addr := l.Addr().String()
 		l.Close()
-		be, err := posix.New(dir, meta.XattrMeta{}, posix.PosixOpts{})
-		if err != nil {
-			versity.err = err
-			return
-		}
 		errc := make(chan error, 1)
-		go func() {
-			errc <- embedgw.RunVersityGW(context.Background(), be, &embedgw.Config{
-				RootUserAccess: AccessKey, RootUserSecret: SecretKey, Region: "us-east-1",
-				Ports: []string{addr}, MaxConnections: 512, MaxRequests: 512, MultipartMaxParts: 10000,
-				Quiet: true, KeepAlive: true,
-			})
-		}()
+		go func() { errc <- RunVersityGW(context.Background(), dir, addr, AccessKey, SecretKey) }()
 		deadline := time.Now().Add(20 * time.Second)
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
@@ -78,4 +67,20 @@ func StartVersity(t testing.TB) string {
 		t.Fatalf("start versitygw: %v", versity.err)
 	}
 	return versity.addr
+}
+
+// RunVersityGW serves versitygw's S3 gateway on addr, on a posix backend
+// in dir, with one root user, until ctx ends or it fails. The limits must be
+// set (zero is refused); 512 is far above any client's concurrency here.
+// embedgw allows one gateway per process.
+func RunVersityGW(ctx context.Context, dir, addr, accessKey, secretKey string) error {
+	be, err := posix.New(dir, meta.XattrMeta{}, posix.PosixOpts{})
+	if err != nil {
+		return err
+	}
+	return embedgw.RunVersityGW(ctx, be, &embedgw.Config{
+		RootUserAccess: accessKey, RootUserSecret: secretKey, Region: "us-east-1",
+		Ports: []string{addr}, MaxConnections: 512, MaxRequests: 512, MultipartMaxParts: 10000,
+		Quiet: true, KeepAlive: true,
+	})
 }

@@ -18,9 +18,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-	"github.com/versity/versitygw/backend/meta"
-	"github.com/versity/versitygw/backend/posix"
-	"github.com/versity/versitygw/embedgw"
+
+	"github.com/kdefer/kdefer/test/s3server"
 )
 
 // The S3 server the benchmark writes to. The peer comparison always uses
@@ -154,13 +153,5 @@ func startVersityGW(addr, dir string) *exec.Cmd {
 
 // runVersityGW is the child: the gateway on dir until killed.
 func runVersityGW(dir, addr string) {
-	be, err := posix.New(filepath.Clean(dir), meta.XattrMeta{}, posix.PosixOpts{})
-	check(err)
-	// The limits must be set (zero is refused); 512 is far above
-	// kdefer-stage's concurrency.
-	check(embedgw.RunVersityGW(context.Background(), be, &embedgw.Config{
-		RootUserAccess: accessKey, RootUserSecret: secretKey, Region: "us-east-1",
-		Ports: []string{addr}, MaxConnections: 512, MaxRequests: 512, MultipartMaxParts: 10000,
-		Quiet: true, KeepAlive: true,
-	}))
+	check(s3server.RunVersityGW(context.Background(), filepath.Clean(dir), addr, accessKey, secretKey))
 }
