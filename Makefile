@@ -196,7 +196,9 @@ cluster-down:
 	test/cluster/cluster.sh down
 
 ## e2e: the trigger matrix on the local cluster with real containers and MinIO
-## (one node, then the TestMultiNode scenarios on three).
+## (one cluster of three nodes: the scenarios written for one node on the
+## first, those that disrupt a node beside them on the others, then the
+## TestMultiNode scenarios on all three).
 e2e: tools
 	test/e2e/run.sh
 

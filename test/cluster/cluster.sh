@@ -12,8 +12,8 @@
 #   cluster.sh deps          install the Debian packages the cluster needs (no-op when present)
 #   cluster.sh load-images [FILE.tar...]   import image tarballs into every node (default: bin/images/*.tar)
 #   cluster.sh recycle-pvs   wipe and free every Released local PV of the kdefer-local class
-#   cluster.sh restart|stop|start COMPONENT   (kubelet, containerd, kube-apiserver, ...; the first node's
-#                            kubelet and containerd; for e2e)
+#   cluster.sh restart|stop|start COMPONENT [--node NODE]   (kubelet, containerd, kube-apiserver, ...;
+#                            a node's kubelet and containerd, by default the first node's; for e2e)
 #   cluster.sh stop|start|kill NODE   one node: stop its kubelet and containerd (its containers run on),
 #                            boot it again, or kill it like a power loss (its pods' processes too)
 #   cluster.sh logs [LINES]  the tail of every component's log (for dumping on test failure)
@@ -58,6 +58,14 @@ NODEFS_SIZE=${KDEFER_NODEFS_SIZE:-4G}
 # with KDEFER_EVICTION_HARD as YAML flow map, e.g. '{memory.available: "500Mi"}'.
 EVICTION_HARD=${KDEFER_EVICTION_HARD:-'{memory.available: "100Mi", nodefs.available: "1Gi", nodefs.inodesFree: "2%", imagefs.available: "2%"}'}
 WAIT_READY=${KDEFER_CLUSTER_TIMEOUT:-180}
+# Where the pods of a namespace without the annotation
+# scheduler.alpha.kubernetes.io/node-selector go: a node label selector the
+# apiserver's PodNodeSelector admission plugin adds to them (empty: anywhere).
+# make e2e keeps them on the first node (kubernetes.io/hostname=kdefer-node),
+# so the scenarios written for one node see one, while scenarios that disrupt
+# a node annotate their namespace with a node of their own (test/e2e/lanes_test.go).
+# Read by up (it goes into the apiserver's admission configuration).
+DEFAULT_NODE_SELECTOR=${KDEFER_CLUSTER_DEFAULT_NODE_SELECTOR:-}
 # The test registry (test/registry, started by the e2e harness) that every
 # node's containerd pulls from over plain HTTP; see registry_hosts.
 REGISTRY=${KDEFER_REGISTRY:-$HOST_IP:5000}
@@ -153,8 +161,9 @@ up() {
 	deps
 	binaries
 	# Already up and healthy with as many nodes, on the same Kubernetes and
-	# etcd (KUBE_VERSION): keep it (and its objects); import changed images.
-	if ((NODES == want)) && [ "$(cat "$DIR/binaries" 2>/dev/null)" = "$(kube_dir) $(etcd_dir)" ] && all_alive &&
+	# etcd (KUBE_VERSION) and default node selector: keep it (and its
+	# objects); import changed images.
+	if ((NODES == want)) && [ "$(cat "$DIR/binaries" 2>/dev/null)" = "$(kube_dir) $(etcd_dir) $DEFAULT_NODE_SELECTOR" ] && all_alive &&
 		kubectl wait --for=condition=Ready $(node_names | sed 's#^#node/#') --timeout=5s >/dev/null 2>&1; then
 		load_images
 		log "cluster already up (fresh start: cluster.sh down && cluster.sh up); export KUBECONFIG=$KUBECONFIG_ADMIN"
@@ -172,7 +181,7 @@ up() {
 	if [ -d "$LOGS" ]; then rm -rf "$LOGS.prev"; mv "$LOGS" "$LOGS.prev"; fi
 	mkdir -p "$RUN" "$LOGS"
 	echo "$NODES" >"$DIR/node-count"
-	echo "$(kube_dir) $(etcd_dir)" >"$DIR/binaries"
+	echo "$(kube_dir) $(etcd_dir) $DEFAULT_NODE_SELECTOR" >"$DIR/binaries"
 	# Fixed paths outside the state dir that components create: removed by down when empty.
 	for c in /var/lib/cni /var/log/containers /run/containerd /var/lib/kubelet; do
 		[ -e "$c" ] || echo "$c" >>"$DIR/host-dirs"
@@ -265,7 +274,8 @@ logs() {
 	done
 }
 
-# node_or_component VERB NAME [GRACE]: stop/start/restart a node by name, or a component.
+# node_or_component VERB NAME [--node NODE] [GRACE]: stop/start/restart/kill a
+# node by name, or a component (a node's kubelet or containerd with --node).
 node_or_component() {
 	local verb=$1 name=${2:?component or node} i
 	need_root
@@ -277,13 +287,21 @@ node_or_component() {
 		esac
 		return
 	fi
+	shift 2
 	node_ctx 1
+	if [ "${1:-}" = --node ]; then
+		case "$name" in kubelet | containerd) ;; *) die "--node: only a node's kubelet or containerd, not $name" ;; esac
+		i=$(node_index "${2:?--node NODE}") && ((i <= NODES)) || die "--node $2: not a node of the running cluster ($(node_names | tr '\n' ' '))"
+		node_ctx "$i"
+		shift 2
+	fi
 	case "$verb" in
-	stop) stop_proc "$name" "${3:-10}" ;;
+	stop) stop_proc "$name$SFX" "${1:-10}" ;;
 	start) start_component "$name" ;;
-	restart) stop_proc "$name" "${3:-10}"; start_component "$name" ;;
+	restart) stop_proc "$name$SFX" "${1:-10}"; start_component "$name" ;;
 	kill) die "kill takes a node name ($(node_names | tr '\n' ' '))" ;;
 	esac
+	node_ctx 1
 }
 
 ctr_node() {

@@ -50,6 +50,11 @@ const (
 	StorageClass = "kdefer-local"
 	// LocalPVLabel selects the pre-created PVs (value "true").
 	LocalPVLabel = "kdefer.io/local-pv"
+	// NodeSelectorAnnotation on a namespace is the node label selector the
+	// apiserver's PodNodeSelector admission plugin gives its pods (empty:
+	// any node); a namespace without it gets the cluster's default
+	// (KDEFER_CLUSTER_DEFAULT_NODE_SELECTOR of cluster.sh up).
+	NodeSelectorAnnotation = "scheduler.alpha.kubernetes.io/node-selector"
 )
 
 // Env is the running local cluster.
@@ -172,16 +177,17 @@ func MustImage(t testing.TB, name string) string {
 // when the test ends.
 func (e *Env) Namespace(t testing.TB, prefix string) string {
 	t.Helper()
-	return e.LabelledNamespace(t, prefix, nil)
+	return e.LabelledNamespace(t, prefix, nil, nil)
 }
 
 // LabelledNamespace is Namespace with labels, e.g. Pod Security's
-// pod-security.kubernetes.io/enforce.
-func (e *Env) LabelledNamespace(t testing.TB, prefix string, labels map[string]string) string {
+// pod-security.kubernetes.io/enforce, and annotations, e.g. the node
+// selector of its pods (NodeSelectorAnnotation).
+func (e *Env) LabelledNamespace(t testing.TB, prefix string, labels, annotations map[string]string) string {
 	t.Helper()
 	ctx := context.Background()
 	ns, err := e.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels, Annotations: annotations},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)
@@ -302,14 +308,15 @@ func (e *Env) PodLogs(ctx context.Context, ns, pod, container string) (string, e
 }
 
 // RecycleReleasedPVs empties the directory of every Released pre-created PV
-// and removes its claimRef, so it is Available again. It returns how many it
-// recycled. Call it after a test has checked what it wanted from them.
+// (every node's and the shared ones: all under the cluster's state
+// directory) and removes its claimRef, so it is Available again. It returns
+// how many it recycled. Call it after a test has checked what it wanted from them.
 func (e *Env) RecycleReleasedPVs(ctx context.Context) (int, error) {
 	pvs, err := e.Clientset.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: LocalPVLabel + "=true"})
 	if err != nil {
 		return 0, err
 	}
-	root := filepath.Join(e.Dir, "pv") + string(filepath.Separator)
+	root := filepath.Clean(e.Dir) + string(filepath.Separator)
 	n := 0
 	for _, pv := range pvs.Items {
 		if pv.Status.Phase != corev1.VolumeReleased || pv.Spec.Local == nil || !strings.HasPrefix(pv.Spec.Local.Path, root) {

@@ -14,9 +14,10 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
 
-// Serial tests: they drain the node, kill or stop kdefer, or restart the
-// kubelet, so they run one at a time before the parallel ones (no
-// t.Parallel). Each leaves kdefer running and the node schedulable.
+// Disruptive tests: they drain the node or restart its kubelet (each on a
+// node of its own, lanes_test.go), or kill or stop kdefer (serial: one at a
+// time before the parallel ones, no t.Parallel). Each leaves kdefer running
+// and the node schedulable.
 
 // bigger makes the upload take a moment, so disruptions hit it.
 var bigger = workload{files: 6, size: 4 << 20}
@@ -24,7 +25,7 @@ var bigger = workload{files: 6, size: 4 << 20}
 // TestDrain: `kubectl drain` evicts the pod (trigger Drained); the defer
 // pod's PodDisruptionBudget makes a drain wait until the defer run ends.
 func TestDrain(t *testing.T) {
-	s := newScenario(t, "drain")
+	s := newScenario(t, "drain", onNode(reserveNode(t, nodeDrain)))
 	s.create(s.holdPolicy("hold"))
 	w := small
 	w.mode = "hold"
@@ -103,7 +104,7 @@ func TestControllerKilled(t *testing.T) {
 // TestKubeletRestartedDuringStageOut: the kubelet restarts as soon as the
 // defer pod exists (its stage-out starting or uploading).
 func TestKubeletRestartedDuringStageOut(t *testing.T) {
-	s := newScenario(t, "kubelet")
+	s := newScenario(t, "kubelet", onNode(reserveNode(t, nodeDrain)))
 	s.create(s.holdPolicy("hold"))
 	w := bigger
 	w.mode = "exit 0"
@@ -112,7 +113,7 @@ func TestKubeletRestartedDuringStageOut(t *testing.T) {
 	s.create(job)
 	pod := s.waitReady(time.Minute)
 	s.waitRun(pod, 2*time.Minute, "with a defer pod", inProgress)
-	if out, err := s.env.Cluster(s.ctx, "restart", "kubelet"); err != nil {
+	if out, err := s.env.Cluster(s.ctx, "restart", "kubelet", "--node", s.node); err != nil {
 		t.Fatalf("restart kubelet: %v: %s", err, out)
 	}
 	s.logf("kubelet restarted")

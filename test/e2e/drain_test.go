@@ -21,7 +21,7 @@ import (
 // for the steps rather than killing the stage-out; once the pod has ended,
 // the drain completes.
 func TestDrainDuringStageSteps(t *testing.T) {
-	s := newScenario(t, "drainsteps")
+	s := newScenario(t, "drainsteps", onNode(reserveNode(t, nodeDrain)))
 	pol := s.holdPolicy("steps")
 	busybox := clusterenv.MustImage(t, "busybox")
 	pol.Spec.DeferContainers = append(pol.Spec.DeferContainers, corev1.Container{

@@ -74,17 +74,18 @@ const e2eTaint = "e2e.kdefer.io/no-execute"
 // TestTaintEviction: a NoExecute taint the Job's pod does not tolerate
 // makes the taint-eviction controller delete it (DisruptionTarget
 // DeletionByTaintManager); the run stages out with trigger TaintEviction.
-// Serial: the taint evicts every pod on the node that does not tolerate it.
+// On a node of its own (reserveNode): the taint evicts every pod on the
+// node that does not tolerate it.
 func TestTaintEviction(t *testing.T) {
-	s := newScenario(t, "taint")
+	s := newScenario(t, "taint", onNode(reserveNode(t, nodeDisk)))
 	w := small
 	w.mode = "hold"
 	s.create(s.job("sim", w))
 	pod := s.waitReady(time.Minute)
 	s.recordPVs()
-	untaint := func() { _, _ = kubectl(context.Background(), "taint", "node", s.env.NodeName, e2eTaint+":NoExecute-") }
+	untaint := func() { _, _ = kubectl(context.Background(), "taint", "node", s.node, e2eTaint+":NoExecute-") }
 	t.Cleanup(untaint)
-	if out, err := kubectl(s.ctx, "taint", "node", s.env.NodeName, e2eTaint+"=evict:NoExecute"); err != nil {
+	if out, err := kubectl(s.ctx, "taint", "node", s.node, e2eTaint+"=evict:NoExecute"); err != nil {
 		t.Fatalf("taint the node: %v: %s", err, out)
 	}
 	p, err := s.env.WaitPod(s.ctx, s.ns, pod, time.Minute, "marked for deletion by the taint manager", func(p *corev1.Pod) bool {
@@ -159,12 +160,12 @@ func (s *scenario) advertise(name corev1.ResourceName, qty string) {
 		return []byte("[" + strings.Join(ops, ",") + "]")
 	}
 	nodes := s.env.Clientset.CoreV1().Nodes()
-	if _, err := nodes.Patch(s.ctx, s.env.NodeName, types.JSONPatchType, patch("add"), metav1.PatchOptions{}, "status"); err != nil {
-		s.t.Fatalf("advertise %s on node %s: %v", name, s.env.NodeName, err)
+	if _, err := nodes.Patch(s.ctx, s.node, types.JSONPatchType, patch("add"), metav1.PatchOptions{}, "status"); err != nil {
+		s.t.Fatalf("advertise %s on node %s: %v", name, s.node, err)
 	}
 	s.t.Cleanup(func() {
-		if _, err := nodes.Patch(context.Background(), s.env.NodeName, types.JSONPatchType, patch("remove"), metav1.PatchOptions{}, "status"); err != nil {
-			s.t.Errorf("remove %s from node %s: %v", name, s.env.NodeName, err)
+		if _, err := nodes.Patch(context.Background(), s.node, types.JSONPatchType, patch("remove"), metav1.PatchOptions{}, "status"); err != nil {
+			s.t.Errorf("remove %s from node %s: %v", name, s.node, err)
 		}
 	})
 }

@@ -56,6 +56,7 @@ type scenario struct {
 	t    *testing.T
 	env  *clusterenv.Env
 	ns   string
+	node string // the node the namespace's pods run on; "" for any node
 	s3   string // host:port of the MinIO the Job's stage steps use
 	mc   *minio.Client
 	sig  *signals
@@ -64,26 +65,48 @@ type scenario struct {
 	pvMu sync.Mutex
 }
 
+// scenarioOption changes what newScenario sets up.
+type scenarioOption func(*scenario)
+
+// withS3 has the scenario's Jobs stage to the S3 server at addr instead of
+// the shared MinIO.
+func withS3(addr string) scenarioOption { return func(s *scenario) { s.s3 = addr } }
+
+// onNode keeps the scenario's pods on node instead of the first node
+// (reserveNode gives a scenario a node of its own).
+func onNode(node string) scenarioOption { return func(s *scenario) { s.node = node } }
+
+// onAnyNode lets the scheduler put the scenario's pods on any node (the
+// multi-node scenarios).
+func onAnyNode() scenarioOption { return func(s *scenario) { s.node = "" } }
+
 // newScenario sets up a namespace with the MinIO credentials Secret
-// ("minio"), a signal server and the bucket on the shared MinIO (or s3addr).
-func newScenario(t *testing.T, prefix string, s3addr ...string) *scenario {
+// ("minio"), a signal server and the bucket on the shared MinIO (or the
+// server of withS3). The namespace's pods run on the first node unless an
+// option says otherwise: its node selector annotation pins them there, as
+// every scenario but the multi-node ones is written for one node.
+func newScenario(t *testing.T, prefix string, opts ...scenarioOption) *scenario {
 	t.Helper()
 	env := clusterenv.Require(t)
-	addr := s3Addr()
-	if len(s3addr) > 0 {
-		addr = s3addr[0]
-	}
-	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
-	if err != nil {
-		if os.Getenv("KDEFER_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("no MinIO at %s (test/e2e/run.sh starts one): %v", addr, err)
-		}
-		t.Skipf("no MinIO at %s (test/e2e/run.sh starts one): %v", addr, err)
-	}
-	conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
-	s := &scenario{t: t, env: env, s3: addr, mc: s3server.Client(t, addr), ctx: ctx, pvs: map[string]string{}}
+	s := &scenario{t: t, env: env, node: env.NodeName, s3: s3Addr(), ctx: ctx, pvs: map[string]string{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.node == env.NodeName {
+		firstNodeScenarios <- struct{}{}
+		t.Cleanup(func() { <-firstNodeScenarios })
+	}
+	conn, err := net.DialTimeout("tcp", s.s3, 3*time.Second)
+	if err != nil {
+		if os.Getenv("KDEFER_REQUIRE_TOOLS") == "1" {
+			t.Fatalf("no MinIO at %s (test/e2e/run.sh starts one): %v", s.s3, err)
+		}
+		t.Skipf("no MinIO at %s (test/e2e/run.sh starts one): %v", s.s3, err)
+	}
+	conn.Close()
+	s.mc = s3server.Client(t, s.s3)
 	bucketOnce.Lock()
 	ok, err := s.mc.BucketExists(ctx, bucket)
 	if err == nil && !ok {
@@ -91,13 +114,18 @@ func newScenario(t *testing.T, prefix string, s3addr ...string) *scenario {
 	}
 	bucketOnce.Unlock()
 	if err != nil {
-		t.Fatalf("bucket %s on %s: %v", bucket, addr, err)
+		t.Fatalf("bucket %s on %s: %v", bucket, s.s3, err)
+	}
+	selector := ""
+	if s.node != "" {
+		selector = corev1.LabelHostname + "=" + s.node
 	}
 	// Every scenario runs where Pod Security "restricted" is enforced, so
 	// each of its defer pods (and pre-pull pods) must meet it to run at
 	// all; the Jobs' pods meet it too (restrictedPod).
 	s.ns = env.LabelledNamespace(t, prefix, map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"},
+		map[string]string{clusterenv.NodeSelectorAnnotation: selector})
 	_, err = env.Clientset.CoreV1().Secrets(s.ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "minio"},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3server.AccessKey, "AWS_SECRET_ACCESS_KEY": s3server.SecretKey},

@@ -142,14 +142,14 @@ func (s *scenario) holdPolicy(name string) *v1.DeferPolicy {
 // happens.
 func (s *scenario) drain(selector string) *bg {
 	s.t.Helper()
-	s.t.Cleanup(func() { _, _ = kubectl(context.Background(), "uncordon", s.env.NodeName) })
-	return kubectlBG(s.ctx, "drain", s.env.NodeName, "--pod-selector="+selector, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
+	s.t.Cleanup(func() { _, _ = kubectl(context.Background(), "uncordon", s.node) })
+	return kubectlBG(s.ctx, "drain", s.node, "--pod-selector="+selector, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
 }
 
 // uncordon makes the node schedulable again.
 func (s *scenario) uncordon() {
 	s.t.Helper()
-	if out, err := kubectl(s.ctx, "uncordon", s.env.NodeName); err != nil {
+	if out, err := kubectl(s.ctx, "uncordon", s.node); err != nil {
 		s.t.Fatalf("uncordon: %v: %s", err, out)
 	}
 }

@@ -43,7 +43,7 @@ func TestMinIORestartedDuringUpload(t *testing.T) {
 	t.Parallel()
 	clusterenv.Require(t)
 	srv := s3server.StartWith(t, s3server.Options{Host: clusterenv.NodeIP})
-	s := newScenario(t, "minio", srv.Addr())
+	s := newScenario(t, "minio", withS3(srv.Addr()))
 	w := workload{files: 48, size: 4 << 20, mode: "exit 0"}
 	s.create(s.job("sim", w))
 	pod := s.waitReady(2 * time.Minute)

@@ -70,7 +70,7 @@ func (s *scenario) leads(pod string) bool {
 func TestMultiNodeControllerDrain(t *testing.T) {
 	// Not parallel: the drain evicts every pod of the node.
 	requireNodes(t, clusterenv.Require(t))
-	s := newScenario(t, "mnctl")
+	s := newScenario(t, "mnctl", onAnyNode())
 	leader, standby := s.replicas()
 	node := leader.Spec.NodeName
 	if standby.Spec.NodeName == node {

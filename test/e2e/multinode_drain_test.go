@@ -98,7 +98,7 @@ func TestMultiNodeDrain(t *testing.T) {
 	// Not parallel: a drain without a pod selector evicts every pod of the node.
 	const pods = 6
 	nodes := requireNodes(t, clusterenv.Require(t))
-	s := newScenario(t, "mndrain")
+	s := newScenario(t, "mndrain", onAnyNode())
 	s.create(s.holdPolicy("hold"))
 	w := small
 	w.mode = "wait 0"

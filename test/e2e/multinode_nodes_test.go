@@ -79,7 +79,7 @@ func (s *scenario) clusterNode(verb, node string) {
 func TestMultiNodeNodeLost(t *testing.T) {
 	// Not parallel with other scenarios: it takes nodes away.
 	requireNodes(t, clusterenv.Require(t))
-	probe := newScenario(t, "mnlost-probe")
+	probe := newScenario(t, "mnlost-probe", onAnyNode())
 	_, standby := probe.replicas()
 	ctl := probe.controllerNodes()
 	lostNode := ""
@@ -111,7 +111,7 @@ func TestMultiNodeNodeLost(t *testing.T) {
 // on another node, and stages out what the pod wrote. The node boots again
 // at the end for the scenarios after this one.
 func nodeLostForGood(t *testing.T, node string) {
-	local, moved := newScenario(t, "mnlost"), newScenario(t, "mnmove")
+	local, moved := newScenario(t, "mnlost", onAnyNode()), newScenario(t, "mnmove", onAnyNode())
 	w := small
 	w.mode = "hold"
 	local.nodeJob(node, w, 15*time.Second, "")
@@ -198,7 +198,7 @@ func retained(s *scenario, pod string, w workload, start time.Time, cli string) 
 // comes back within the policy's nodeLostTimeout: the kubelet reports the
 // end, and the run stages out there, as if nothing had happened.
 func nodeBack(t *testing.T, node string) {
-	s := newScenario(t, "mnback")
+	s := newScenario(t, "mnback", onAnyNode())
 	w := small
 	w.mode = "wait 0"
 	s.nodeJob(node, w, 5*time.Minute, "")

@@ -88,7 +88,7 @@ func TestMultiNodeIndexedJob(t *testing.T) {
 	t.Parallel()
 	const pods = 6
 	nodes := requireNodes(t, clusterenv.Require(t))
-	s := newScenario(t, "spread")
+	s := newScenario(t, "spread", onAnyNode())
 	// The defer pods hold (after the stage-out) until the test has seen where they run.
 	s.create(s.holdPolicy("hold"))
 	w := small

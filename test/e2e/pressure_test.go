@@ -43,19 +43,20 @@ const pressureMargin = 64 << 20
 // retained volume that kept the node under it would make the kubelet evict
 // another pod every time the last one is cleaned up (seconds), lowest
 // priority first, until the volume is released; it never evicts a critical
-// pod (the defer pod), but on this one node the next would be kdefer's own
+// pod (the defer pod), but on a one-node cluster the next would be kdefer's own
 // manager, which the local overlay runs without a priority class. The pod
 // runs at a negative priority so that the kubelet's choice among the pods
 // exceeding their ephemeral-storage requests is always this one.
 //
-// Serial: the node under pressure refuses the other scenarios' pods.
+// On a node of its own (reserveNode): the node under pressure refuses
+// other pods.
 func TestDiskPressure(t *testing.T) {
-	s := newScenario(t, "pressure")
+	s := newScenario(t, "pressure", onNode(reserveNode(t, nodeDisk)))
 	threshold, before := s.nodefs()
 	s.logf("node file system: %d MiB available, eviction threshold %d MiB available; memory.available %d MiB",
 		before.AvailableBytes>>20, threshold>>20, s.memoryAvailable()>>20)
 	if c := s.nodeCondition(corev1.NodeDiskPressure); c == nil || c.Status != corev1.ConditionFalse {
-		t.Fatalf("node %s: DiskPressure %+v before the test, want False", s.env.NodeName, c)
+		t.Fatalf("node %s: DiskPressure %+v before the test, want False", s.node, c)
 	}
 	low := s.priorityClass("kdefer-e2e-batch", -1)
 	w := small
@@ -74,7 +75,7 @@ func TestDiskPressure(t *testing.T) {
 	// condition with its next node status (4 s); the rest is for a loaded
 	// machine.
 	on := s.waitNodeCondition(corev1.NodeDiskPressure, corev1.ConditionTrue, 90*time.Second)
-	s.logf("node %s: DiskPressure True since %s (%s)", s.env.NodeName, on.LastTransitionTime.Format(time.TimeOnly), on.Message)
+	s.logf("node %s: DiskPressure True since %s (%s)", s.node, on.LastTransitionTime.Format(time.TimeOnly), on.Message)
 	// What a defer pod without a critical priority class would meet.
 	s.refusedUnderPressure("probe")
 	run := s.waitFinished(pod, v1.TriggerEvicted, v1.DeferRunSucceeded, 3*time.Minute)
@@ -92,7 +93,7 @@ func TestDiskPressure(t *testing.T) {
 	s.waitPVsReleased(time.Minute)
 	recyclePVs(t, s.env)
 	off := s.waitNodeCondition(corev1.NodeDiskPressure, corev1.ConditionFalse, 2*time.Minute)
-	s.logf("node %s: DiskPressure False since %s", s.env.NodeName, off.LastTransitionTime.Format(time.TimeOnly))
+	s.logf("node %s: DiskPressure False since %s", s.node, off.LastTransitionTime.Format(time.TimeOnly))
 	// The stage-out ran in the defer pod after the kubelet admitted it, and
 	// before the node stopped reporting DiskPressure (the report comes with
 	// the next node status, up to 4 s after the kubelet's own view; the
@@ -124,7 +125,7 @@ func (s *scenario) refusedUnderPressure(name string) {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
 		Spec:       s.podSpec("main", "true"),
 	}
-	probe.Spec.NodeName = s.env.NodeName
+	probe.Spec.NodeName = s.node
 	s.create(probe)
 	s.t.Cleanup(func() { s.deletePod(name) })
 	p, err := s.env.WaitPod(s.ctx, s.ns, name, time.Minute, "refused or run by the kubelet", func(p *corev1.Pod) bool {
@@ -219,7 +220,7 @@ func (s *scenario) nodefs() (int64, fsStats) {
 // nodeProxy GETs a kubelet endpoint through the apiserver into out.
 func (s *scenario) nodeProxy(path string, out any) {
 	s.t.Helper()
-	raw, err := s.env.Clientset.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", s.env.NodeName, "proxy", path).DoRaw(s.ctx)
+	raw, err := s.env.Clientset.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", s.node, "proxy", path).DoRaw(s.ctx)
 	if err != nil {
 		s.t.Fatalf("kubelet %s: %v", path, err)
 	}
@@ -230,7 +231,7 @@ func (s *scenario) nodeProxy(path string, out any) {
 
 func (s *scenario) nodeCondition(typ corev1.NodeConditionType) *corev1.NodeCondition {
 	s.t.Helper()
-	n, err := s.env.Clientset.CoreV1().Nodes().Get(s.ctx, s.env.NodeName, metav1.GetOptions{})
+	n, err := s.env.Clientset.CoreV1().Nodes().Get(s.ctx, s.node, metav1.GetOptions{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func (s *scenario) nodeCondition(typ corev1.NodeConditionType) *corev1.NodeCondi
 func (s *scenario) waitNodeCondition(typ corev1.NodeConditionType, status corev1.ConditionStatus, timeout time.Duration) *corev1.NodeCondition {
 	s.t.Helper()
 	var c *corev1.NodeCondition
-	err := clusterenv.WaitFor(s.ctx, timeout, fmt.Sprintf("node %s: %s %s", s.env.NodeName, typ, status), func(ctx context.Context) (bool, error) {
+	err := clusterenv.WaitFor(s.ctx, timeout, fmt.Sprintf("node %s: %s %s", s.node, typ, status), func(ctx context.Context) (bool, error) {
 		c = s.nodeCondition(typ)
 		return c != nil && c.Status == status, nil
 	})

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make e2e: kdefer's trigger matrix on the local cluster, in two phases.
-#   1. starts a one-node cluster (test/cluster/cluster.sh up), stopped again on exit
-#      unless KDEFER_KEEP_CLUSTER=1;
+#   1. starts a cluster of three nodes (test/cluster/cluster.sh up --nodes 3)
+#      whose pods stay on the first node unless their namespace names another
+#      (KDEFER_CLUSTER_DEFAULT_NODE_SELECTOR), stopped again on exit unless
+#      KDEFER_KEEP_CLUSTER=1;
 #   2. builds the cluster's own images (pause, busybox) and imports them
 #      (KDEFER_BUILD_IMAGES=0 imports bin/images as they are);
 #   3. starts the test registry (test/registry) on 10.88.0.1:5000, builds
@@ -14,10 +16,12 @@
 #      objects of deploy/overlays/local, which make demo applies;
 #      KDEFER_E2E_INSTALL=kustomize applies that overlay instead);
 #   6. go test -tags e2e ./test/e2e/ (one package: -v output streams; extra go test flags: KDEFER_E2E_FLAGS,
-#      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v'), every scenario but TestMultiNode*;
-#   7. the multi-node phase: the cluster again with 3 nodes (cluster.sh up --nodes 3),
-#      registry, MinIO and kdefer as in 3-5 (with helm, two replicas and leader
-#      election: test/e2e/multinode-values.yaml), then the TestMultiNode* scenarios;
+#      e.g. KDEFER_E2E_FLAGS='-run TestSucceeded -v'), every scenario but TestMultiNode*:
+#      those written for one node on the first node, those that disrupt a node
+#      on the second and third (test/e2e/lanes_test.go);
+#   7. the multi-node phase, on the same cluster: Kueue's and JobSet's managers
+#      removed, kdefer upgraded to two replicas with leader election that may run
+#      on any node (test/e2e/multinode-values.yaml), then the TestMultiNode* scenarios;
 #   on failure, dumps the component logs and kdefer's.
 # KDEFER_E2E_PHASES="single multi" chooses the phases; by default both, and with a
 # -run in KDEFER_E2E_FLAGS only those whose scenarios it names (multi: TestMultiNode...).
@@ -120,13 +124,15 @@ run_tests() {
 	shift
 	log "running the $phase-node e2e tests"
 	# -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
+	# The first node's scenarios are bounded by the harness (8 at once), the
+	# rest of the slots is for those waiting for a node of their own (lanes_test.go).
 	# KDEFER_E2E_RUNS=N (make e2e-soak N=…) runs the whole tier N times on this one
 	# cluster and prints a table of scenario × run; any failed run fails the tier.
 	# Nothing is retried: a scenario that fails once in N is a bug to find.
 	for ((i = 1; i <= runs; i++)); do
 		((runs == 1)) || log "e2e run $i of $runs ($phase)"
 		# shellcheck disable=SC2086
-		if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 8 -v ${KDEFER_E2E_FLAGS:-} "$@" ./test/e2e/ 2>&1 |
+		if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 16 -v ${KDEFER_E2E_FLAGS:-} "$@" ./test/e2e/ 2>&1 |
 			tee "$STATE/run-$phase-$i.log"; then
 			failed=$((failed + 1))
 		fi
@@ -144,13 +150,22 @@ run_tests() {
 # module's config/components), or KDEFER_E2E_NAME_SKIP with the reason.
 MANAGERS="kueue jobset"
 manager_push_args() {
-	[[ $1 == single ]] || return 0
+	[[ " $1 " == *" single "* ]] || return 0
 	local m d
 	for m in $MANAGERS; do
 		d=$("$ROOT/test/tools/install.sh" path "$m")
 		[[ -x $d/$m ]] && echo "--manager $m:${d##*/"$m"-}=$d/$m"
 	done
 	return 0
+}
+# drop_managers: the other projects' managers and their webhooks, gone.
+drop_managers() {
+	local m
+	for m in $MANAGERS; do
+		kubectl delete namespace "$m-system" --ignore-not-found --wait=false >/dev/null
+		kubectl get mutatingwebhookconfigurations,validatingwebhookconfigurations -o name |
+			{ grep "/$m-" || true; } | xargs -r kubectl delete --ignore-not-found >/dev/null
+	done
 }
 manager_env() {
 	local m M d
@@ -176,42 +191,43 @@ rm -f "$STATE"/run-*.log
 install=${KDEFER_E2E_INSTALL:-helm}
 PHASES=$(phases)
 log "e2e phases: $PHASES"
+# One cluster of three nodes for both phases. In the single-node phase the
+# pods of a namespace that names no node stay on the first (the cluster's
+# default node selector): kdefer's manager, the other projects' managers and
+# every scenario written for one node; the scenarios that disrupt their node
+# take one of the other two each (test/e2e/lanes_test.go).
+KDEFER_CLUSTER_DEFAULT_NODE_SELECTOR=kubernetes.io/hostname=${KDEFER_NODE_NAME:-kdefer-node} cluster_up --nodes 3
+eval "$("$CLUSTER" env)"
+export KUBECONFIG
+# shellcheck disable=SC2046
+if [[ $install == kustomize ]]; then
+	build_images
+else
+	build_images pause,busybox
+	t0=$SECONDS
+	start_registry "$STATE"
+	push_images "$STATE" $(manager_push_args "$PHASES")
+	log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
+fi
+manager_env
+rm -rf "$STATE/data" # the bucket starts empty
+start_minio "$STATE"
 rc_tests=0
-built=0
+first=1
 for phase in $PHASES; do
 	case "$phase" in
-	single) cluster_up ;;
-	multi)
-		# MinIO and the registry listen on the bridge address, which goes
-		# with the cluster.
-		stop_minio "$STATE"
-		stop_registry "$STATE"
-		t0=$SECONDS
-		"$CLUSTER" down >&2
-		log "cluster down: $((SECONDS - t0)) s"
-		cluster_up --nodes 3
-		;;
+	single | multi) ;;
 	*) die "KDEFER_E2E_PHASES: unknown phase $phase (single, multi)" ;;
 	esac
-	eval "$("$CLUSTER" env)"
-	export KUBECONFIG
-	if [[ $install == kustomize ]]; then
-		if ((built == 0)); then build_images; else "$CLUSTER" load-images >&2; fi
-	else
-		if ((built == 0)); then build_images pause,busybox; else "$CLUSTER" load-images >&2; fi
-		# The registry listens on the bridge address, which goes with the
-		# cluster, and keeps its images in memory: started and filled per phase.
-		t0=$SECONDS
-		start_registry "$STATE"
-		# shellcheck disable=SC2046
-		push_images "$STATE" $(manager_push_args "$phase")
-		log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
-	fi
-	manager_env
-	built=1
-	rm -rf "$STATE/data" # every phase starts with an empty bucket
-	start_minio "$STATE"
 	t0=$SECONDS
+	if [[ $phase == multi ]]; then
+		# kdefer's replicas may run on any node (its namespace says so
+		# before they are made); the other projects' managers, which only
+		# the single-node phase uses, are gone.
+		((first)) || drop_managers
+		kubectl create namespace kdefer-system >/dev/null 2>&1 || true
+		kubectl annotate --overwrite namespace kdefer-system scheduler.alpha.kubernetes.io/node-selector= >/dev/null
+	fi
 	if [[ $install == kustomize ]]; then
 		deploy_kdefer
 	elif [[ $phase == multi ]]; then
@@ -225,11 +241,12 @@ for phase in $PHASES; do
 	# scenarios begin once it is over (KDEFER_E2E_AFTER names a file the unit
 	# tier's end writes "go" into), so their time bounds never run on a
 	# machine busy with unit tests; anything else in it stops the tier here.
-	if [[ -n ${KDEFER_E2E_AFTER:-} ]]; then
+	if ((first)) && [[ -n ${KDEFER_E2E_AFTER:-} ]]; then
 		log "waiting for $KDEFER_E2E_AFTER before the scenarios"
 		while [[ ! -s $KDEFER_E2E_AFTER ]]; do sleep 1; done
 		[[ $(<"$KDEFER_E2E_AFTER") == go ]] || die "not running the scenarios: $KDEFER_E2E_AFTER says $(<"$KDEFER_E2E_AFTER")"
 	fi
+	first=0
 	case "$phase" in
 	single) run_tests single -skip '^TestMultiNode' || rc_tests=1 ;;
 	multi) KDEFER_E2E_MULTINODE=1 run_tests multi -run "$(multi_run)" || rc_tests=1 ;;

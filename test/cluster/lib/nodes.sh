@@ -86,6 +86,23 @@ configs() {
 	done
 	node_ctx 1
 	registry_hosts
+	admission
+}
+
+# admission: the apiserver's admission configuration; PodNodeSelector's
+# cluster default is DEFAULT_NODE_SELECTOR (see cluster.sh).
+admission() {
+	cat >"$DIR/conf/admission.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodNodeSelector
+  path: $DIR/conf/podnodeselector.yaml
+EOF
+	cat >"$DIR/conf/podnodeselector.yaml" <<EOF
+podNodeSelectorPluginConfig:
+  clusterDefaultNodeSelector: "$DEFAULT_NODE_SELECTOR"
+EOF
 }
 
 # registry_hosts: containerd's hosts.toml for the test registry (config_path

@@ -96,7 +96,8 @@ start_apiserver() {
 		--endpoint-reconciler-type=none \
 		--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 		--client-ca-file="$PKI/ca.crt" \
-		--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+		--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction,PodNodeSelector \
+		--admission-control-config-file="$DIR/conf/admission.yaml" \
 		--allow-privileged=true \
 		--service-cluster-ip-range=$SERVICE_CIDR \
 		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
@@ -151,7 +152,7 @@ start_kubelet() {
 	wait_kubelet
 }
 
-# start_component NAME: a control-plane component, or the first node's containerd or kubelet.
+# start_component NAME: a control-plane component, or the current node's containerd or kubelet.
 start_component() {
 	case "$1" in
 	etcd) start_etcd ;; containerd) start_containerd ;; kube-apiserver) start_apiserver ;;
