@@ -4,7 +4,8 @@
 #   tools  (background) builds etcd, MinIO and Kubernetes and installs Azurite
 #          (npm) once per version into ~/.cache/kdefer/tools; warm, it only
 #          checks that they exist.
-#   verify and fuzz need none of them, so they run while the tools build.
+#   verify and fuzz need none of them, so they run while the tools build,
+#          side by side.
 #   unit   needs the tools (envtest's apiserver and etcd, MinIO, Azurite).
 #   e2e    needs the tools and root; its set-up overlaps the unit tier, its
 #          scenarios wait for the unit tier's end; KDEFER_SKIP_E2E=1 leaves it out.
@@ -69,8 +70,18 @@ tools_log=bin/tools.log
 ) &
 tools_pid=$!
 
-tier verify make --no-print-directory verify
-tier fuzz make --no-print-directory fuzz
+# verify and fuzz side by side: neither has a time bound, and each alone
+# leaves part of the 2 cores idle (lint's and vet's package loading, the
+# fuzz binaries' links and baseline runs); fuzz's output follows verify's.
+fuzz_log=bin/fuzz.log
+( tier fuzz make --no-print-directory fuzz >"$fuzz_log" 2>&1 ) &
+fuzz_pid=$!
+verify_rc=0
+tier verify make --no-print-directory verify || verify_rc=$?
+fuzz_rc=0
+wait "$fuzz_pid" || fuzz_rc=$?
+cat "$fuzz_log"
+((verify_rc == 0 && fuzz_rc == 0)) || exit 1
 
 echo "=== waiting for the tool builds (log: $tools_log)"
 if ! wait "$tools_pid"; then
