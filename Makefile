@@ -70,15 +70,15 @@ envtest-assets: tools
 ## machine that cannot run it.
 ##
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
-## on fresh clones, 2026-12-01 (docs/development.md "Tier budget" has the details, where
+## on fresh clones (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
-##   tier     cold (c4: fresh HOME, no caches)  warm (w1: tools cached)
-##   tools    2421 s, in the background          0 s
-##   verify   2549 s (overlaps tools)            205 s
-##   fuzz     182 s                              62 s
-##   unit     335 s                              280 s (e2e set-up alongside)
-##   e2e      625 s (32 scenarios)               476 s after unit
-##   total    61.5 min (84 CPU-min)              17.1 min
+##   tier     cold (c4 2026-12-01: fresh HOME)   warm (w6 2026-12-02: tools cached)
+##   tools    2421 s, in the background          4 s
+##   verify   2549 s (overlaps tools)            152 s  } side by side
+##   fuzz     182 s                              216 s  }
+##   unit     335 s                              273 s (the e2e set-up alongside)
+##   e2e      625 s (32 scenarios)               738 s after unit (44 scenarios, 3 nodes)
+##   total    61.5 min (84 CPU-min)              20.5 min
 test:
 	hack/test.sh
 
