@@ -84,11 +84,8 @@ test:
 
 ## unit: go test of every package; real MinIO, Azurite and a real apiserver are required
 ## (KDEFER_REQUIRE_TOOLS=1 turns a missing tool into a failure, not a skip).
-# -p 4: go test's default (one package per core) left the 2 cores ~35% idle
-# while packages waited on their servers; 4 at a time keeps them busy
-# (measured 2026-12-02 alone on a warm cache: 216 s, 1.8 cores, all green).
 unit:
-	KDEFER_REQUIRE_TOOLS=1 $(GO) test -p 4 -count=1 -timeout 30m ./...
+	KDEFER_REQUIRE_TOOLS=1 $(GO) test -count=1 -timeout 30m ./...
 
 ## fuzz: a short run of every fuzz target, each package's test binary built
 ## once (FUZZTIME=500000x for a longer one).
