@@ -76,7 +76,7 @@ envtest-assets: tools
 ##   tools    2421 s, in the background          4 s
 ##   verify   2549 s (overlaps tools)            152 s  } side by side
 ##   fuzz     182 s                              216 s  }
-##   unit     335 s                              273 s (the e2e set-up alongside)
+##   unit     335 s                              273 s (the e2e set-up alongside; -p 4, reverted)
 ##   e2e      625 s (32 scenarios)               738 s after unit (44 scenarios, 3 nodes)
 ##   total    61.5 min (84 CPU-min)              20.5 min
 test:
