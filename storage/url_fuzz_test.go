@@ -26,7 +26,7 @@ func FuzzParseURL(f *testing.F) {
 				t.Fatalf("ParseURL(%q) = %v, class %v; want permanent", raw, err, ClassOf(err))
 			}
 			for _, s := range secrets {
-				if strings.Contains(err.Error(), s) {
+				if strings.Contains(err.Error(), s) && !inOwnWords(raw, s) {
 					t.Fatalf("ParseURL(%q) error %q shows %q", raw, err, s)
 				}
 			}
@@ -64,6 +64,18 @@ func FuzzRedact(f *testing.F) {
 			}
 		}
 	})
+}
+
+// inOwnWords: ParseURL's error for raw with secret replaced by other
+// characters still contains secret, so the error's own words do (its fix
+// hint "scheme://bucket/prefix" names a userinfo "bucket"), not the URL.
+func inOwnWords(raw, secret string) bool {
+	other := strings.Repeat("Q", len(secret))
+	if secret == other {
+		other = strings.Repeat("Z", len(secret))
+	}
+	_, err := ParseURL(strings.ReplaceAll(raw, secret, other))
+	return err != nil && strings.Contains(err.Error(), secret)
 }
 
 // urlSecrets returns the parts of raw that must never be shown: its
