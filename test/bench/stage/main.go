@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,6 +65,8 @@ type tool struct {
 
 type sample struct {
 	wall, cpu time.Duration
+	sys       time.Duration // the part of cpu spent in the kernel
+	server    time.Duration // the server's CPU during the run (0: not measured)
 	rssKiB    int64
 	tmpBytes  int64 // peak size of the files held open under spawnReq.TmpDir
 }
@@ -159,6 +162,23 @@ func main() {
 		return c
 	}
 
+	// measureRun measures one tool's run, from the same memory state as
+	// every other (settle: inputs, the source directory or the server's
+	// data, in page cache, the rest free), with the server's CPU during it:
+	// client and server share the 2 cores, so a run's wall time is bounded
+	// by their sum, and the log shows which of the two it was.
+	measureRun := func(c *exec.Cmd, inputs string) sample {
+		settle(inputs)
+		s0 := st.cpu()
+		s := measure(c)
+		s.server = st.cpu() - s0
+		return s
+	}
+	logRun := func(op, shape, tool string, r int, s sample) {
+		log.Printf("%-8s %-11s %-11s run %d: %6.2fs cpu %6.2fs (sys %5.2fs) server cpu %6.2fs rss %4d MiB",
+			op, shape, tool, r, s.wall.Seconds(), s.cpu.Seconds(), s.sys.Seconds(), s.server.Seconds(), s.rssKiB>>10)
+	}
+
 	results := map[key][]sample{}
 	bytesOf := map[string]int64{}
 	selected := shapes
@@ -186,8 +206,8 @@ func main() {
 			for i := range upTools {
 				t := upTools[(i+r)%len(upTools)] // alternate who goes first
 				prefix := fmt.Sprintf("up/%s/%s/%d/", sh.name, t.name, r)
-				s := measure(cmdFor(t, "upload", src, prefix))
-				log.Printf("upload   %-11s %-6s run %d: %6.2fs cpu %6.2fs rss %4d MiB", sh.name, t.name, r, s.wall.Seconds(), s.cpu.Seconds(), s.rssKiB>>10)
+				s := measureRun(cmdFor(t, "upload", src, prefix), src)
+				logRun("upload", sh.name, t.name, r, s)
 				if n := count(ctx, client, prefix); n < sh.files {
 					log.Fatalf("%s uploaded %d of %d objects", t.name, n, sh.files)
 				}
@@ -211,8 +231,8 @@ func main() {
 				dst := filepath.Join(work, "dl", t.name)
 				check(os.RemoveAll(dst))
 				check(os.MkdirAll(dst, 0o755))
-				s := measure(cmdFor(t, "download", dst, srcPrefix))
-				log.Printf("download %-11s %-6s run %d: %6.2fs cpu %6.2fs rss %4d MiB", sh.name, t.name, r, s.wall.Seconds(), s.cpu.Seconds(), s.rssKiB>>10)
+				s := measureRun(cmdFor(t, "download", dst, srcPrefix), dataDir)
+				logRun("download", sh.name, t.name, r, s)
 				if n := countFiles(dst); n != sh.files {
 					log.Fatalf("%s downloaded %d of %d files", t.name, n, sh.files)
 				}
@@ -318,6 +338,7 @@ type spawnReq struct {
 
 type spawnResp struct {
 	Wall, CPU time.Duration
+	Sys       time.Duration // the part of CPU spent in the kernel
 	RSSKiB    int64
 	TmpBytes  int64
 	Err, Out  string
@@ -376,6 +397,7 @@ func spawnerLoop() {
 		if c.ProcessState != nil {
 			ru := c.ProcessState.SysUsage().(*syscall.Rusage)
 			resp.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			resp.Sys = time.Duration(ru.Stime.Nano())
 			resp.RSSKiB = ru.Maxrss
 		}
 		_ = enc.Encode(resp)
@@ -414,6 +436,37 @@ func sampleOpenFiles(pid int, dir string, stop <-chan struct{}) int64 {
 	}
 }
 
+// settle brings the machine to the same memory state before every run:
+// dirty pages written, the page cache dropped (root only) and the run's
+// inputs read back into it. Without it a run's cost depended on what the
+// runs before it had left: a download writes 1 GiB into the page cache,
+// and once free memory is gone the writer reclaims pages as it goes, in
+// its own system time. On a fresh 24 GiB machine kdefer's 4 x 256 MiB
+// download took 0.88-0.98 s in five runs; with the page cache filled by
+// builds first, 1.01-1.81 s, and s5cmd's 1.06-1.18 s became 1.17-2.04 s
+// (issue #16: "each run slower").
+func settle(inputs string) {
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
+		dropOnce.Do(func() { log.Printf("cannot drop the page cache (%v): runs start from whatever the last one left", err) })
+		return
+	}
+	check(filepath.WalkDir(inputs, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(io.Discard, f)
+		return err
+	}))
+}
+
+var dropOnce sync.Once
+
 func measure(c *exec.Cmd) sample { return measureTmp(c, "", false) }
 
 // measureTmp runs c in the spawner; with tmpDir, it also samples the size of
@@ -428,7 +481,7 @@ func measureTmp(c *exec.Cmd, tmpDir string, stream bool) sample {
 	if resp.Err != "" {
 		log.Fatalf("%s: %s\n%s", strings.Join(c.Args, " "), resp.Err, resp.Out)
 	}
-	return sample{wall: resp.Wall, cpu: resp.CPU, rssKiB: resp.RSSKiB, tmpBytes: resp.TmpBytes}
+	return sample{wall: resp.Wall, cpu: resp.CPU, sys: resp.Sys, rssKiB: resp.RSSKiB, tmpBytes: resp.TmpBytes}
 }
 
 func tail(s string, n int) string {
