@@ -443,7 +443,7 @@ func sampleOpenFiles(pid int, dir string, stop <-chan struct{}) int64 {
 // and once free memory is gone the writer reclaims pages as it goes, in
 // its own system time. On a fresh 24 GiB machine kdefer's 4 x 256 MiB
 // download took 0.88-0.98 s in five runs; with the page cache filled by
-// builds first, 1.01-1.81 s, and s5cmd's 1.06-1.18 s became 1.17-2.04 s
+// builds first, 1.01-1.81 s, and s5cmd's 1.04-1.18 s became 1.17-2.04 s
 // (issue #16: "each run slower").
 func settle(inputs string) {
 	syscall.Sync()
