@@ -10,15 +10,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/kdefer/kdefer/test/repo"
 
 	ggcr "github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -202,13 +199,7 @@ func inspectImage(t *testing.T, env *clusterenv.Env) string {
 	}
 	const ref = "kdefer.io/e2e-inspect:v1"
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "inspect")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./test/e2e/inspect")
-	cmd.Dir = repo.MustRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build inspect: %v\n%s", err, out)
-	}
+	bin := program(t, "./test/e2e/inspect")
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)

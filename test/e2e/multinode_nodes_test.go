@@ -134,7 +134,7 @@ func nodeLostForGood(t *testing.T, node string) {
 		t.Fatal(err)
 	}
 	local.logf("node %s deleted", node)
-	cli := buildCLI(t) // while the pod garbage collector takes its time (40 s for a pod of a deleted node)
+	cli := program(t, "./cmd/kdefer") // while the pod garbage collector takes its time (40 s for a pod of a deleted node)
 
 	relocated(moved, mpod, node, w, start)
 	retained(local, pod, w, start, cli)

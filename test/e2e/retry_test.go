@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/test/clusterenv"
-	"github.com/kdefer/kdefer/test/repo"
 )
 
 // TestDeadlineThenRetry: the run's deadline passes while a defer step
@@ -48,7 +45,7 @@ func TestDeadlineThenRetry(t *testing.T) {
 	}
 	s.pvcStaysGuarded(pod, time.Second)
 	s.recordPVs()
-	cmd := exec.CommandContext(s.ctx, buildCLI(t), "--kubeconfig", clusterenv.Dir()+"/kubeconfig", "-n", s.ns, "retry", "deferrun/"+pod)
+	cmd := exec.CommandContext(s.ctx, program(t, "./cmd/kdefer"), "--kubeconfig", clusterenv.Dir()+"/kubeconfig", "-n", s.ns, "retry", "deferrun/"+pod)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kdefer retry: %v\n%s", err, out)
@@ -71,17 +68,4 @@ func TestDeadlineThenRetry(t *testing.T) {
 	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
 	s.volumeReleased(run)
 	s.cleanUp("sim")
-}
-
-// buildCLI builds the kdefer command line tool from this tree.
-func buildCLI(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "kdefer")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/kdefer")
-	cmd.Dir = repo.MustRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build kdefer: %v\n%s", err, out)
-	}
-	return bin
 }

@@ -124,15 +124,18 @@ run_tests() {
 	shift
 	log "running the $phase-node e2e tests"
 	# -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
-	# The first node's scenarios are bounded by the harness (8 at once), the
-	# rest of the slots is for those waiting for a node of their own (lanes_test.go).
+	# The harness bounds them (lanes_test.go): the first node's 8 at once, the
+	# other nodes' one each. go test's own bound is above every scenario: at
+	# 16, the first node's waiting scenarios held the slots and the other
+	# nodes' scenarios waited behind them (c6: the drain lane idle 123 s, the
+	# disk lane 58 s, their last scenario ending 374 s into a 406 s phase).
 	# KDEFER_E2E_RUNS=N (make e2e-soak N=…) runs the whole tier N times on this one
 	# cluster and prints a table of scenario × run; any failed run fails the tier.
 	# Nothing is retried: a scenario that fails once in N is a bug to find.
 	for ((i = 1; i <= runs; i++)); do
 		((runs == 1)) || log "e2e run $i of $runs ($phase)"
 		# shellcheck disable=SC2086
-		if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 16 -v ${KDEFER_E2E_FLAGS:-} "$@" ./test/e2e/ 2>&1 |
+		if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 64 -v ${KDEFER_E2E_FLAGS:-} "$@" ./test/e2e/ 2>&1 |
 			tee "$STATE/run-$phase-$i.log"; then
 			failed=$((failed + 1))
 		fi
@@ -210,6 +213,12 @@ else
 	log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
 fi
 manager_env
+# The programs scenarios run on the host or put into an image, built here,
+# while the unit tier runs: linked by a scenario under the others' load,
+# kdefer's CLI took ~60 s of TestDeadlineThenRetry's 147 (c6, 2026-12-02).
+rm -rf "$STATE/bin"
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$STATE/bin/" ./cmd/kdefer ./test/e2e/inspect
+export KDEFER_E2E_BIN=$STATE/bin
 rm -rf "$STATE/data" # the bucket starts empty
 start_minio "$STATE"
 rc_tests=0
