@@ -79,7 +79,6 @@ envtest-assets: tools
 ##   unit     336 s                              295 s (the e2e set-up alongside)
 ##   e2e      642 s after unit (44 scenarios)    641 s after unit (44 scenarios, 3 nodes)
 ##   total    2868 s = 47.8 min                  1013 s = 16.9 min
-##   total    56.8 min (92 CPU-min)              19.5 min
 test:
 	hack/test.sh
 
