@@ -16,9 +16,10 @@ import (
 // module ("./cmd/kdefer"): the one test/e2e/run.sh built before the
 // scenarios into $KDEFER_E2E_BIN, or, where nothing built it (go test run
 // by hand), one built now. Built by a scenario, the link ran on a machine
-// busy with the other scenarios: kdefer's CLI took ~60 s of
+// busy with the other scenarios: kdefer's CLI took ~70 s of
 // TestDeadlineThenRetry's 147, the single-node phase's longest (c6,
-// 2026-12-02).
+// 2026-12-02; from its run failing to 'kdefer retry' done 73 s, prebuilt
+// 4 s in w13).
 func program(t *testing.T, pkg string) string {
 	t.Helper()
 	name := path.Base(pkg)

@@ -123,8 +123,8 @@ run_tests() {
 	local phase=$1 i failed=0 runs=${KDEFER_E2E_RUNS:-1}
 	shift
 	log "running the $phase-node e2e tests"
-	# -parallel: the scenarios mostly wait on the kubelet and kdefer, not the CPU.
-	# The harness bounds them (lanes_test.go): the first node's 8 at once, the
+	# -parallel: the harness bounds the scenarios (lanes_test.go; side by side
+	# they keep both cores busy, vmstat through w14): the first node's 8 at once, the
 	# other nodes' one each. go test's own bound is above every scenario: at
 	# 16, the first node's waiting scenarios held the slots and the other
 	# nodes' scenarios waited behind them (c6: the drain lane idle 123 s, the
@@ -215,7 +215,7 @@ fi
 manager_env
 # The programs scenarios run on the host or put into an image, built here,
 # while the unit tier runs: linked by a scenario under the others' load,
-# kdefer's CLI took ~60 s of TestDeadlineThenRetry's 147 (c6, 2026-12-02).
+# kdefer's CLI took ~70 s of TestDeadlineThenRetry's 147 (c6, 2026-12-02).
 rm -rf "$STATE/bin"
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$STATE/bin/" ./cmd/kdefer ./test/e2e/inspect
 export KDEFER_E2E_BIN=$STATE/bin
