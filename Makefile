@@ -72,13 +72,13 @@ envtest-assets: tools
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
 ## on fresh clones (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
-##   tier     cold (c6 2026-12-02: new machine)  warm (w13 2026-12-02: tools cached)
+##   tier     cold (c6 2026-12-02: new machine)  warm (w16 2026-12-02: tools cached)
 ##   tools    1890 s, in the background          3 s
-##   verify   1870 s (overlaps tools)            67 s (lint from the cache of earlier clones)
-##   fuzz     368 s, beside verify               74 s, beside verify
-##   unit     336 s                              295 s (the e2e set-up alongside)
-##   e2e      642 s after unit (44 scenarios)    641 s after unit (44 scenarios, 3 nodes)
-##   total    2868 s = 47.8 min                  1013 s = 16.9 min
+##   verify   1870 s (overlaps tools)            76 s (lint from the cache of earlier clones)
+##   fuzz     368 s, beside verify               84 s, beside verify
+##   unit     336 s                              233 s (the e2e set-up alongside)
+##   e2e      642 s after unit (44 scenarios)    685 s after unit (44 scenarios, 3 nodes)
+##   total    2868 s = 47.8 min                  1006 s = 16.8 min
 test:
 	hack/test.sh
 
