@@ -61,20 +61,18 @@ summary() {
 }
 trap summary EXIT
 
-# Transparent huge pages for the builds and the unit tier. This VM
-# (Firecracker, 2 cores) pays dearly for 4 KiB page faults: a cold `go build`
-# of client-go and controller-runtime took 405 CPU-s with the kernel's
-# default (madvise, which Go's heap never asks for) and 307 with THP always
-# (sys 93 -> 42 s, user 312 -> 265 s; 2026-12-02, empty GOCACHE each); the
-# tests of stageout, stagein and test/envtest 153 and 135 CPU-s against 113
-# and 101 (two runs each). kdefer-stage's peak RSS budget (TestPeakRSS,
-# 128 MiB) holds either way: 84 and 52 MiB with huge pages, 76 and 46
-# without. The e2e scenarios are the opposite: hundreds of short-lived
-# processes (runc, shims, containers) each pay for zeroing 2 MiB pages, and
-# the one-node phase took 475 s with THP always against 392-396 without (w15
-# against w13, w14). So the previous mode comes back when the scenarios
-# start (and on exit). Root only (the e2e tier needs root anyway);
-# elsewhere the setting is left as it is.
+# Transparent huge pages for the builds. This VM (Firecracker, 2 cores) pays
+# dearly for 4 KiB page faults: a cold `go build` of client-go and
+# controller-runtime took 405 CPU-s with the kernel's default (madvise, which
+# Go's heap never asks for) and 307 with THP always (sys 93 -> 42 s, user
+# 312 -> 265 s; 2026-12-02, empty GOCACHE each). The tests gain too (stageout,
+# stagein and test/envtest 113/101 CPU-s against 153/135), but the e2e
+# cluster starts during the unit tier, and with its daemons started under
+# huge pages the one-node phase took 421 and 503 s (w16, w17) against 392
+# and 396 s (w13, w14: the mode restored before the unit tier), more than
+# the unit tier gained (233-254 s against 288-295). So the previous mode
+# comes back before the unit tier (and on exit). Root only (the e2e tier
+# needs root anyway); elsewhere the setting is left as it is.
 thp=/sys/kernel/mm/transparent_hugepage/enabled
 thp_was=
 if [[ -w $thp ]]; then
@@ -82,7 +80,7 @@ if [[ -w $thp ]]; then
 	if [[ $thp_was == always ]] || ! echo always >"$thp" 2>/dev/null; then
 		thp_was=
 	else
-		echo "=== transparent huge pages: always for the builds and the unit tier (was $thp_was)"
+		echo "=== transparent huge pages: always for the builds (was $thp_was)"
 	fi
 fi
 restore_thp() {
@@ -120,6 +118,7 @@ if ! wait "$tools_pid"; then
 	exit 1
 fi
 cat "$tools_log"
+restore_thp
 make --no-print-directory envtest-assets >/dev/null
 
 # The e2e tier's set-up (cluster, images, MinIO, kdefer: ~50 s warm) overlaps
@@ -153,7 +152,6 @@ else
 	trap on_exit EXIT
 fi
 tier unit make --no-print-directory unit
-restore_thp
 if [[ -n $e2e_pid ]]; then
 	open_gate go
 	echo "=== tier e2e: make --no-print-directory e2e (set-up overlapped the unit tier; log: bin/e2e.log)"
