@@ -27,13 +27,13 @@ root=${KDEFER_LINT_ROOT:-/run/kdefer-lint}
 # its own lock directory.
 mkdir -p bin/lint-tmp
 export TMPDIR=$PWD/bin/lint-tmp
+cmd=("$lint" run --allow-serial-runners "$@" ./...)
 if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
 	mkdir -p "$root"
 	exec unshare --mount --propagation private bash -euo pipefail -c '
 		mount --bind "$1" "$2"
 		cd "$2"
-		lint=$3
-		shift 3
-		exec "$lint" run --allow-serial-runners "$@" ./...' _ "$PWD" "$root" "$lint" "$@"
+		shift 2
+		exec "$@"' _ "$PWD" "$root" "${cmd[@]}"
 fi
-exec "$lint" run --allow-serial-runners "$@" ./...
+exec "${cmd[@]}"
