@@ -7,8 +7,10 @@
 #   verify and fuzz need none of them, so they run while the tools build,
 #          side by side.
 #   unit   needs the tools (envtest's apiserver and etcd, MinIO, Azurite).
-#   e2e    needs the tools and root; its set-up overlaps the unit tier, its
-#          scenarios wait for the unit tier's end; KDEFER_SKIP_E2E=1 leaves it out.
+#   e2e    needs the tools and root, and starts as soon as they are there:
+#          its set-up and its multi-node phase run beside the other tiers, its
+#          single-node phase waits for the unit tier's end (test/e2e/run.sh
+#          says why); KDEFER_SKIP_E2E=1 leaves it out.
 #
 # Each tier's wall time goes to bin/tiers.tsv and is printed as a table at
 # the end, green or red, so the budget in the README is measured, not guessed.
@@ -61,18 +63,19 @@ summary() {
 }
 trap summary EXIT
 
-# Transparent huge pages for the builds. This VM (Firecracker, 2 cores) pays
-# dearly for 4 KiB page faults: a cold `go build` of client-go and
+# Transparent huge pages for the tool builds. This VM (Firecracker, 2 cores)
+# pays dearly for 4 KiB page faults: a cold `go build` of client-go and
 # controller-runtime took 405 CPU-s with the kernel's default (madvise, which
 # Go's heap never asks for) and 307 with THP always (sys 93 -> 42 s, user
 # 312 -> 265 s; 2026-12-02, empty GOCACHE each). The tests gain too (stageout,
-# stagein and test/envtest 113/101 CPU-s against 153/135), but the e2e
-# cluster starts during the unit tier, and with its daemons started under
-# huge pages the one-node phase took 421 and 503 s (w16, w17) against 392
-# and 396 s (w13, w14: the mode restored before the unit tier), more than
-# the unit tier gained (233-254 s against 288-295). So the previous mode
-# comes back before the unit tier (and on exit). Root only (the e2e tier
-# needs root anyway); elsewhere the setting is left as it is.
+# stagein and test/envtest 113/101 CPU-s against 153/135), but with the e2e
+# cluster's daemons started under huge pages the one-node phase took 421 and
+# 503 s (w16, w17) against 392 and 396 s (w13, w14), more than the unit tier
+# gained (233-254 s against 288-295). The cluster starts as soon as the tools
+# are built, so the previous mode comes back then (and on exit): a cold run's
+# verify and fuzz, beside the tool builds, keep huge pages almost throughout,
+# a warm run's lose them after the 2 s the tools take to check. Root only
+# (the e2e tier needs root anyway); elsewhere the setting is left as it is.
 thp=/sys/kernel/mm/transparent_hugepage/enabled
 thp_was=
 if [[ -w $thp ]]; then
@@ -83,21 +86,68 @@ if [[ -w $thp ]]; then
 		echo "=== transparent huge pages: always for the builds (was $thp_was)"
 	fi
 fi
+# restore_thp: the previous mode again, once (the tools' subshell restores
+# it, the main shell's later calls then find it restored).
 restore_thp() {
 	[[ -n $thp_was ]] || return 0
-	echo "$thp_was" >"$thp" && echo "=== transparent huge pages: $thp_was again"
+	[[ $(sed -n 's/.*\[\(.*\)\].*/\1/p' "$thp") == "$thp_was" ]] ||
+		{ echo "$thp_was" >"$thp" && echo "=== transparent huge pages: $thp_was again"; }
 	thp_was=
 }
 
-tools_log=bin/tools.log
+# The tools' result goes to a file too: the e2e tier, a sibling, waits on it.
+tools_log=bin/tools.log tools_rc=bin/tools.rc
+rm -f "$tools_rc"
 (
 	t0=$SECONDS rc=0
 	make --no-print-directory tools >"$tools_log" 2>&1 || rc=$?
+	restore_thp
 	cpu_now
 	record tools "$((SECONDS - t0))" "$CPU" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+	echo "$rc" >"$tools_rc"
 	exit $rc
 ) &
 tools_pid=$!
+
+# The generated files first: the e2e tier builds from the tree while verify
+# checks it, and controller-gen rewrites its files (and the chart's copies of
+# deploy/) even when nothing changed. verify then compares what is there.
+tier generate make --no-print-directory generate
+
+# The e2e tier starts when the tools are there: its set-up (cluster, images,
+# registry, MinIO, kdefer: ~200 s warm) and its multi-node phase run beside
+# verify, fuzz and the unit tier; its single-node phase waits for the unit
+# tier's end (the gate file), so no time bound of its scenarios is measured
+# against unit tests' load. Its output goes to bin/e2e.log and is shown, then
+# followed, after the unit tier. A failed tier before writes "stop" into the
+# gate, which ends it at its next phase.
+e2e_pid=
+gate=bin/e2e.gate
+rm -f "$gate"
+open_gate() { [[ -z $e2e_pid || -s $gate ]] || echo "$1" >"$gate"; }
+if [[ ${KDEFER_SKIP_E2E:-0} == 1 ]]; then
+	echo "KDEFER_SKIP_E2E=1: the e2e tier is left out"
+else
+	(
+		while [[ ! -s $tools_rc ]]; do sleep 1; done
+		[[ $(<"$tools_rc") == 0 ]] || exit 1 # the main shell reports it
+		t0=$SECONDS rc=0
+		KDEFER_E2E_AFTER=$gate make --no-print-directory e2e >bin/e2e.log 2>&1 || rc=$?
+		cpu_now
+		record e2e "$((SECONDS - t0))" "$CPU" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+		exit $rc
+	) &
+	e2e_pid=$!
+	# A failed tier stops the e2e tier before its next phase (the cluster is
+	# torn down), and its result waits for it.
+	on_exit() {
+		local rc=$?
+		open_gate "stop: a tier before the single-node scenarios failed"
+		[[ -z $e2e_pid ]] || wait "$e2e_pid" || true
+		summary "$rc"
+	}
+	trap on_exit EXIT
+fi
 
 # verify and fuzz side by side: neither has a time bound, and each alone
 # leaves part of the 2 cores idle (lint's and vet's package loading, the
@@ -106,7 +156,7 @@ fuzz_log=bin/fuzz.log
 ( tier fuzz make --no-print-directory fuzz >"$fuzz_log" 2>&1 ) &
 fuzz_pid=$!
 verify_rc=0
-tier verify make --no-print-directory verify || verify_rc=$?
+tier verify make --no-print-directory verify GENERATED=1 || verify_rc=$?
 fuzz_rc=0
 wait "$fuzz_pid" || fuzz_rc=$?
 cat "$fuzz_log"
@@ -120,41 +170,10 @@ fi
 cat "$tools_log"
 restore_thp
 make --no-print-directory envtest-assets >/dev/null
-
-# The e2e tier's set-up (cluster, images, MinIO, kdefer: ~50 s warm) overlaps
-# the unit tier; its scenarios start when the unit tier has ended (the gate
-# file), so no time bound of theirs is measured against unit tests' load.
-# Its output goes to bin/e2e.log and is shown, then followed, after the unit
-# tier.
-e2e_pid=
-gate=bin/e2e.gate
-rm -f "$gate"
-open_gate() { [[ -z $e2e_pid || -s $gate ]] || echo "$1" >"$gate"; }
-if [[ ${KDEFER_SKIP_E2E:-0} == 1 ]]; then
-	echo "KDEFER_SKIP_E2E=1: the e2e tier is left out"
-else
-	(
-		t0=$SECONDS rc=0
-		KDEFER_E2E_AFTER=$gate make --no-print-directory e2e >bin/e2e.log 2>&1 || rc=$?
-		cpu_now
-		record e2e "$((SECONDS - t0))" "$CPU" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
-		exit $rc
-	) &
-	e2e_pid=$!
-	# A failed unit tier stops the e2e tier before its scenarios (the cluster
-	# is torn down), as a sequential run would never have started them.
-	on_exit() {
-		local rc=$?
-		open_gate "stop: the unit tier failed"
-		[[ -z $e2e_pid ]] || wait "$e2e_pid" || true
-		summary "$rc"
-	}
-	trap on_exit EXIT
-fi
 tier unit make --no-print-directory unit
 if [[ -n $e2e_pid ]]; then
 	open_gate go
-	echo "=== tier e2e: make --no-print-directory e2e (set-up overlapped the unit tier; log: bin/e2e.log)"
+	echo "=== tier e2e: make --no-print-directory e2e (set-up and multi-node phase beside the other tiers; log: bin/e2e.log)"
 	rc=0
 	tail -n +1 -f --pid="$e2e_pid" bin/e2e.log || true
 	wait "$e2e_pid" || rc=$?

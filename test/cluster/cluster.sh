@@ -19,6 +19,10 @@
 #   cluster.sh logs [LINES]  the tail of every component's log (for dumping on test failure)
 #   cluster.sh ctr [--node NODE] ARGS...   ctr against a node's containerd (default the first), namespace k8s.io
 #
+# The images are imported from KDEFER_IMAGES_DIR (default bin/images), built
+# there when missing; KDEFER_CLUSTER_KDEFER_IMAGES=0 builds only pause and
+# busybox (for a cluster whose kdefer images come from a registry).
+#
 # Everything lives under KDEFER_CLUSTER_DIR (default $REPO/bin/cluster). Only
 # 127.0.0.1 and the private bridge kdefer0 (10.88.0.1/24; nodes 2..N at
 # 10.88.0.2..N) are listened on. The first node is the one-node cluster; how

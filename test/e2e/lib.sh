@@ -115,14 +115,12 @@ deploy_kdefer() {
 }
 
 # build_images [NAMES]: the images (default all; e.g. pause,busybox) built
-# from this tree and imported into the cluster (KDEFER_BUILD_IMAGES=0 keeps
-# what bin/images holds).
+# from this tree into bin/images (KDEFER_BUILD_IMAGES=0 keeps what it holds),
+# before cluster.sh up, which imports them into every node.
 build_images() {
-	if [[ ${KDEFER_BUILD_IMAGES:-1} == 1 ]]; then
-		log "building the images ${1:-of kdefer and the cluster} from this tree"
-		go run ./test/images --out "${KDEFER_IMAGES_DIR:-$ROOT/bin/images}" ${1:+--only "$1"} >/dev/null
-	fi
-	"$ROOT/test/cluster/cluster.sh" load-images >&2
+	[[ ${KDEFER_BUILD_IMAGES:-1} == 1 ]] || return 0
+	log "building the images ${1:-of kdefer and the cluster} from this tree"
+	go run ./test/images --out "${KDEFER_IMAGES_DIR:-$ROOT/bin/images}" ${1:+--only "$1"} >/dev/null
 }
 
 # registry_ready: the registry answers GET /v2/ with 200 (bash's /dev/tcp).
