@@ -18,8 +18,13 @@ FUZZTIME ?= 10000x
 # with the same flags, vet, unit, fuzz and the image builds compile each
 # dependency once; with different ones a cold machine compiled client-go,
 # controller-runtime and the cloud SDKs twice. Nothing in kdefer needs cgo.
+# The linker flags leave the cache keys alone: without the symbol table and
+# DWARF a test binary links in a quarter less CPU (controller.test: 7.3
+# against 9.9 CPU-s, 2026-12-02; the unit tier links ~30 of them each run),
+# and nothing here reads either (stack traces use the pclntab). A -ldflags on
+# a command line replaces this one.
 export CGO_ENABLED ?= 0
-export GOFLAGS ?= -trimpath
+export GOFLAGS ?= -trimpath "-ldflags=-s -w"
 
 # KUBE_VERSION=v1.MINOR.PATCH (any release the Go module proxy serves) runs
 # the cluster, envtest and e2e on that Kubernetes; the default is the newest,
