@@ -25,7 +25,8 @@ import (
 // first, one scenario at a time per node. Serial still (before the parallel
 // ones, no t.Parallel): the scenarios that stop kdefer itself
 // (TestControllerKilled, TestKdeferDown; every scenario waits on kdefer, and
-// none may find it down) and TestBurst, which loads the whole machine.
+// none may find it down; run.sh runs them in a go test of their own, before
+// the others) and TestBurst, which loads the whole machine.
 
 // The node each disruptive scenario takes: about as much time on each
 // (~65 s of scenarios, measured alone 2026-12-02).

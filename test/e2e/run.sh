@@ -103,6 +103,19 @@ multi_run() {
 	if [[ -n $alts ]]; then echo "^($alts)"; else echo "^TestMultiNode"; fi
 }
 
+# The single-node scenarios that stop kdefer itself: go test runs them one
+# at a time, and run.sh before the others (see the single-node phase below).
+OUTAGES='TestControllerKilled|TestKdeferDown'
+# outage_run: their -run, or those of them KDEFER_E2E_FLAGS names; nothing
+# when it names none of them.
+outage_run() {
+	local alts
+	alts=$(run_alternatives)
+	[[ -z $alts ]] && { echo "^($OUTAGES)\$"; return; }
+	alts=$(grep -E "^($OUTAGES)(/|\$)" <<<"$alts" | paste -sd '|')
+	[[ -z $alts ]] || echo "^($alts)"
+}
+
 # cpu_ticks: CPU time (clock ticks) of this shell's waited children, and of
 # the cluster's running programs and pods: what setting a cluster up cost.
 cpu_ticks() {
@@ -279,18 +292,28 @@ for phase in $PHASES; do
 	fi
 	log "kdefer installed ($install) and ready in $((SECONDS - t0))s; $((SECONDS - start))s since the start"
 	# make test starts this set-up beside verify, fuzz and the unit tier.
-	# The single-node phase waits for the unit tier's end, so that the time
-	# bounds of its scenarios (eight at a time on one node, TestBurst's 40
-	# pods) never run on a machine busy with unit tests. The multi-node phase
-	# does not wait: its scenarios, one at a time, mostly wait on the
-	# cluster's own timers (PodGC's 40 s quarantine of a lost node's pods,
-	# kdefer's nodeLostTimeout, a Lease changing hands), and run after the
-	# single-node phase they left the machine half idle for ~250 s (w18,
-	# 2026-12-02: vmstat 52% idle), so they run beside the unit tier instead.
-	[[ $phase == single ]] && wait_gate
+	# The single-node phase's scenarios that run side by side (eight at a
+	# time on one node) and TestBurst (40 pods at once) wait for the unit
+	# tier's end (wait_gate), so that their time bounds never run on a
+	# machine busy with unit tests. The multi-node phase does not wait: its
+	# scenarios, one at a time, mostly wait on the cluster's own timers
+	# (PodGC's 40 s quarantine of a lost node's pods, kdefer's
+	# nodeLostTimeout, a Lease changing hands), and run after the single-node
+	# phase they left the machine half idle for ~250 s (w18, 2026-12-02:
+	# vmstat 52% idle), so they run beside the unit tier instead.
 	first=0
 	case "$phase" in
-	single) run_tests single -skip '^TestMultiNode' || rc_tests=1 ;;
+	single)
+		# The scenarios that stop kdefer run before the gate too: they
+		# wait on kdefer's restart and the cluster's reaction, and left the
+		# machine 36% idle through their ~90 s between TestBurst and the
+		# parallel scenarios (w18); they hold kdefer down, so nothing else
+		# of this phase runs beside them.
+		outage=$(outage_run)
+		if [[ -n $outage ]]; then run_tests outage -run "$outage" || rc_tests=1; fi
+		wait_gate
+		run_tests single -skip "^(TestMultiNode|$OUTAGES)" || rc_tests=1
+		;;
 	multi) KDEFER_E2E_MULTINODE=1 run_tests multi -run "$(multi_run)" || rc_tests=1 ;;
 	esac
 done
