@@ -63,6 +63,8 @@ type scenario struct {
 	ctx  context.Context
 	pvs  map[string]string // claim -> PV, recorded while bound
 	pvMu sync.Mutex
+	// timerBound: see the option.
+	timerBound bool
 }
 
 // scenarioOption changes what newScenario sets up.
@@ -80,6 +82,14 @@ func onNode(node string) scenarioOption { return func(s *scenario) { s.node = no
 // multi-node scenarios).
 func onAnyNode() scenarioOption { return func(s *scenario) { s.node = "" } }
 
+// timerBound marks a scenario that spends most of its time waiting on a
+// timer (a run's deadline, the kubelet's or the Job controller's back-off):
+// it does not wait for one of the first node's slots (firstNodeScenarios),
+// so it starts with the first scenarios instead of ending the phase alone
+// (w19, 2026-12-02: TestDeadlineThenRetry began 3.5 min into the
+// side-by-side scenarios and ran its last 70 s with the machine 80% idle).
+func timerBound() scenarioOption { return func(s *scenario) { s.timerBound = true } }
+
 // newScenario sets up a namespace with the MinIO credentials Secret
 // ("minio"), a signal server and the bucket on the shared MinIO (or the
 // server of withS3). The namespace's pods run on the first node unless an
@@ -94,7 +104,7 @@ func newScenario(t *testing.T, prefix string, opts ...scenarioOption) *scenario 
 	for _, o := range opts {
 		o(s)
 	}
-	if s.node == env.NodeName {
+	if s.node == env.NodeName && !s.timerBound {
 		firstNodeScenarios <- struct{}{}
 		t.Cleanup(func() { <-firstNodeScenarios })
 	}

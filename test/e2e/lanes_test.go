@@ -43,7 +43,8 @@ var nodeLocks [nodeDrain + 1]sync.Mutex
 // firstNodeScenarios bounds how many scenarios run at once on the first
 // node (newScenario): the parallel scenarios waiting for a node of their
 // own hold go test's -parallel slots (run.sh gives it room for them), so
-// the first node's share is bounded here instead.
+// the first node's share is bounded here instead (timerBound scenarios,
+// which mostly wait, take no slot).
 var firstNodeScenarios = make(chan struct{}, 8)
 
 // reserveNode makes the calling scenario a parallel test that has node i

@@ -173,17 +173,17 @@ helm_image_values() {
 }
 
 # deploy_kdefer_helm STATE_DIR [-f VALUES.yaml]...: kdefer by helm install
-# (test/helminstall: Helm's Go packages) of deploy/helm/kdefer with
-# deploy/helm/local-values.yaml (the same objects as deploy/overlays/local:
-# test/helmchart), then any more values files, and the images push_images
-# pushed, pulled by the cluster from the test registry.
+# (test/helminstall, Helm's Go packages, built into STATE_DIR/bin by run.sh)
+# of deploy/helm/kdefer with deploy/helm/local-values.yaml (the same objects
+# as deploy/overlays/local: test/helmchart), then any more values files, and
+# the images push_images pushed, pulled by the cluster from the test registry.
 deploy_kdefer_helm() {
 	local dir=$1 sets
 	shift
 	sets="$(helm_image_values "$dir/pushed/kdefer-controller.pushed" image) $(helm_image_values "$dir/pushed/kdefer-stage.pushed" deferPods.image)"
 	log "deploying kdefer (helm install deploy/helm/kdefer, images from $E2E_REGISTRY)"
 	# shellcheck disable=SC2086
-	go run ./test/helminstall -n kdefer-system -f deploy/helm/local-values.yaml "$@" $sets >&2
+	"$dir/bin/helminstall" -n kdefer-system -f deploy/helm/local-values.yaml "$@" $sets >&2
 	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {
 		kubectl -n kdefer-system get pods -o wide >&2
 		kubectl -n kdefer-system describe pods >&2 || true

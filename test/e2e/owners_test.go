@@ -127,7 +127,7 @@ func TestCronJob(t *testing.T) {
 // completes with exactly one failure counted and no failed index.
 func TestIndexedJobBackoffPerIndex(t *testing.T) {
 	t.Parallel()
-	s := newScenario(t, "indexed")
+	s := newScenario(t, "indexed", timerBound())
 	w := small
 	w.mode = "wait 0"
 	job := s.job("sweep", w)

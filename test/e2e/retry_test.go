@@ -22,7 +22,7 @@ import (
 // Parallel: the deadline is the run's own.
 func TestDeadlineThenRetry(t *testing.T) {
 	t.Parallel()
-	s := newScenario(t, "deadline-retry")
+	s := newScenario(t, "deadline-retry", timerBound())
 	pol := s.holdPolicy("hold")
 	pol.Spec.Deadline = &metav1.Duration{Duration: 30 * time.Second} // room for the stage-out before the hold step
 	s.create(pol)

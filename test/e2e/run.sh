@@ -18,9 +18,9 @@
 #      KDEFER_E2E_INSTALL=kustomize applies that overlay instead);
 #   6. the multi-node phase: kdefer with two replicas and leader election that
 #      may run on any node (test/e2e/multinode-values.yaml), then the
-#      TestMultiNode* scenarios (go test -tags e2e ./test/e2e/: one package, -v
-#      output streams; extra go test flags: KDEFER_E2E_FLAGS, e.g.
-#      KDEFER_E2E_FLAGS='-run TestSucceeded -v');
+#      TestMultiNode* scenarios (the test binary of ./test/e2e, -tags e2e: one
+#      package, -v output streams; extra test flags: KDEFER_E2E_FLAGS, e.g.
+#      KDEFER_E2E_FLAGS='-run TestSucceeded');
 #   7. the single-node phase, on the same cluster: kdefer upgraded to the one
 #      replica of local-values.yaml, on the first node again, then every
 #      scenario but TestMultiNode*: those written for one node on the first
@@ -155,13 +155,31 @@ run_tests() {
 	for ((i = 1; i <= runs; i++)); do
 		((runs == 1)) || log "e2e run $i of $runs ($phase)"
 		# shellcheck disable=SC2086
-		if ! KDEFER_REQUIRE_TOOLS=1 go test -tags e2e -count=1 -timeout 30m -parallel 64 -v ${KDEFER_E2E_FLAGS:-} "$@" ./test/e2e/ 2>&1 |
-			tee "$STATE/run-$phase-$i.log"; then
+		binary_flags ${KDEFER_E2E_FLAGS:-} "$@"
+		if ! (cd "$ROOT/test/e2e" && KDEFER_REQUIRE_TOOLS=1 "$KDEFER_E2E_BIN/e2e.test" -test.count=1 -test.timeout=30m \
+			-test.parallel=64 -test.v "${BFLAGS[@]}") 2>&1 | tee "$STATE/run-$phase-$i.log"; then
 			failed=$((failed + 1))
 		fi
 	done
 	((runs == 1)) || "$ROOT/test/e2e/soak-table.sh" "$STATE"/run-"$phase"-*.log
 	((failed == 0)) || { log "$failed of $runs $phase-node e2e runs failed"; return 1; }
+}
+
+# binary_flags ARGS...: BFLAGS, go test's flags as the test binary takes them
+# (-run X is -test.run X): the package's test binary is built once for every
+# phase and run (KDEFER_E2E_FLAGS hold test flags: -run, -skip, -v, -count,
+# -timeout, -parallel, -failfast, -short, -shuffle, -list).
+binary_flags() {
+	BFLAGS=()
+	local a f
+	for a in "$@"; do
+		f=${a#-}
+		f=${f#-}
+		case ${f%%=*} in
+		run | skip | v | count | timeout | parallel | failfast | short | shuffle | list) BFLAGS+=("-test.$f") ;;
+		*) BFLAGS+=("$a") ;;
+		esac
+	done
 }
 
 # Other projects' managers (test/tools/install.sh kueue, jobset) are pushed
@@ -243,7 +261,11 @@ manager_env
 # while the unit tier runs: linked by a scenario under the others' load,
 # kdefer's CLI took ~70 s of TestDeadlineThenRetry's 147 (c6, 2026-12-02).
 rm -rf "$STATE/bin"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$STATE/bin/" ./cmd/kdefer ./test/e2e/inspect
+# The e2e package's test binary and the helm installer too, each linked once
+# for every phase (w19: 24 links, 98 CPU-s, while set-up, verify and fuzz
+# ran side by side).
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$STATE/bin/" ./cmd/kdefer ./test/e2e/inspect ./test/helminstall
+CGO_ENABLED=0 go test -c -tags e2e -trimpath -ldflags "-s -w" -o "$STATE/bin/e2e.test" ./test/e2e
 export KDEFER_E2E_BIN=$STATE/bin
 rm -rf "$STATE/data" # the bucket starts empty
 start_minio "$STATE"

@@ -24,7 +24,7 @@ import (
 // The steps' logs, the failed attempt's too, are in the bucket.
 func TestStepRetried(t *testing.T) {
 	t.Parallel()
-	s := newScenario(t, "retry")
+	s := newScenario(t, "retry", timerBound())
 	busybox := clusterenv.MustImage(t, "busybox")
 	// The attempt number comes from the test's counter: a restarted
 	// container starts with a fresh file system.
