@@ -69,7 +69,8 @@ envtest-assets: tools
 	ln -sf $(KDEFER_ETCD_DIR)/etcd $(ENVTEST_DIR)/
 
 ## test: the README's test command; .ci/run calls exactly this (hack/test.sh:
-## the tiers below, timed, with the tool builds overlapping verify and fuzz,
+## the tiers below, timed, with the tool builds overlapping verify and fuzz, the
+## e2e tier's set-up and multi-node phase overlapping them and the unit tier,
 ## and a table of seconds per tier at the end). The e2e tier needs root (it
 ## runs a real kubelet and containerd); KDEFER_SKIP_E2E=1 leaves it out on a
 ## machine that cannot run it.
@@ -77,13 +78,14 @@ envtest-assets: tools
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
 ## on fresh clones (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
-##   tier     cold (c6 2026-12-02: new machine)  warm (w16 2026-12-02: tools cached)
-##   tools    1890 s, in the background          3 s
-##   verify   1870 s (overlaps tools)            76 s (lint from the cache of earlier clones)
-##   fuzz     368 s, beside verify               84 s, beside verify
-##   unit     336 s                              233 s (the e2e set-up alongside)
-##   e2e      642 s after unit (44 scenarios)    685 s after unit (44 scenarios, 3 nodes)
-##   total    2868 s = 47.8 min                  1006 s = 16.8 min
+##   tier      cold (c7 2026-12-02: caches removed)   warm (w21 2026-12-02: tools cached)
+##   generate  139 s (controller-gen compiled)        7 s
+##   tools     1835 s, in the background              2 s
+##   verify    1483 s (overlaps tools)                138 s, beside fuzz and the e2e set-up
+##   fuzz      353 s, beside verify                   112 s, beside verify
+##   unit      475 s (multi-node phase alongside)     352 s (multi-node phase alongside)
+##   e2e       904 s after the tools (44 scenarios)   896 s after the tools (362 after unit)
+##   total     2740 s = 45.7 min                      904 s = 15.1 min
 test:
 	hack/test.sh
 
