@@ -129,7 +129,12 @@ if [[ ${KDEFER_SKIP_E2E:-0} == 1 ]]; then
 	echo "KDEFER_SKIP_E2E=1: the e2e tier is left out"
 else
 	(
-		while [[ ! -s $tools_rc ]]; do sleep 1; done
+		# A stop written into the gate while the tools build (verify or fuzz
+		# failed) ends it at once, so the red result does not wait for them.
+		while [[ ! -s $tools_rc ]]; do
+			[[ ! -s $gate ]] || exit 1
+			sleep 1
+		done
 		[[ $(<"$tools_rc") == 0 ]] || exit 1 # the main shell reports it
 		t0=$SECONDS rc=0
 		KDEFER_E2E_AFTER=$gate make --no-print-directory e2e >bin/e2e.log 2>&1 || rc=$?
