@@ -22,9 +22,15 @@ FUZZTIME ?= 10000x
 # DWARF a test binary links in a quarter less CPU (controller.test: 7.3
 # against 9.9 CPU-s, 2026-12-02; the unit tier links ~30 of them each run),
 # and nothing here reads either (stack traces use the pclntab). A -ldflags on
-# a command line replaces this one.
+# a command line replaces this one. Nor does the compiler write DWARF (what
+# -w throws away at the link anyway): a cold build of controller-runtime took
+# 222 CPU-s with -dwarf=false against 242 without on an idle machine, one of
+# client-go and controller-runtime 247 against 331 beside the tool builds
+# (2026-12-02, empty GOCACHE each); a cold `make test` compiles for ~50
+# CPU-minutes. test/tools/install.sh, test/e2e/run.sh and test/images pass the same
+# -gcflags on their command lines, so their builds share this cache.
 export CGO_ENABLED ?= 0
-export GOFLAGS ?= -trimpath "-ldflags=-s -w"
+export GOFLAGS ?= -trimpath "-ldflags=-s -w" -gcflags=all=-dwarf=false
 
 # KUBE_VERSION=v1.MINOR.PATCH (any release the Go module proxy serves) runs
 # the cluster, envtest and e2e on that Kubernetes; the default is the newest,
@@ -36,7 +42,7 @@ export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt vet
+.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt
 
 all: build
 
@@ -112,25 +118,31 @@ generate:
 		cp $$(ls deploy/$$d/*.yaml | grep -v kustomization.yaml) $(CHART)/files/$$d/; done
 
 ## verify: generated code and manifests are committed and current; code is
-## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`).
+## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`;
+## its govet is go vet's analyzers, over the e2e-tagged files too).
 ## GENERATED=1 skips the regeneration (make test runs `make generate` first,
-## before the e2e tier reads the tree beside verify).
+## before the e2e tier reads the tree beside verify). UNIT=1 leaves out the
+## checks that are tests of ./... (make test's unit tier runs them all; run
+## here too, each was a second link and run of its package's tests).
 verify: $(if $(filter 1,$(GENERATED)),,generate) lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) vet ./...
+ifneq ($(UNIT),1)
 	@# deploy/rbac's hand-written rules (resourceNames) against the code they serve
 	$(GO) test -count=1 -run '^TestWebhookConfigurationRBAC$$' ./controller/certs
 	@# helm lint and helm template of deploy/helm/kdefer, in-process (helm's Go
 	@# packages: no helm binary to build), against kustomize's build of deploy/
 	$(GO) test -count=1 ./test/helmchart
+endif
 	@# The newest Kubernetes wrapper module and MinIO's on kdefer's versions of
 	@# every module both builds compile, so the tool builds reuse kdefer's build
 	@# cache (a kdefer bump without `test/tools/kube/shared.sh align DIR` fails here).
 	test/tools/kube/shared.sh check $(KUBE_NEWEST_WRAPPER)
 	test/tools/kube/shared.sh check test/tools/minio
+ifneq ($(UNIT),1)
 	@# every example the README names, as `kdefer lint -f examples/ -R` sees
 	@# it (the CLI in-process): exit 0 and not one warning
 	$(GO) test -count=1 -run '^TestLintExamples$$' ./cmd/kdefer
+endif
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 

@@ -264,8 +264,8 @@ rm -rf "$STATE/bin"
 # The e2e package's test binary and the helm installer too, each linked once
 # for every phase (w19: 24 links, 98 CPU-s, while set-up, verify and fuzz
 # ran side by side).
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$STATE/bin/" ./cmd/kdefer ./test/e2e/inspect ./test/helminstall
-CGO_ENABLED=0 go test -c -tags e2e -trimpath -ldflags "-s -w" -o "$STATE/bin/e2e.test" ./test/e2e
+CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$STATE/bin/" ./cmd/kdefer ./test/e2e/inspect ./test/helminstall
+CGO_ENABLED=0 go test -c -tags e2e -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$STATE/bin/e2e.test" ./test/e2e
 export KDEFER_E2E_BIN=$STATE/bin
 rm -rf "$STATE/data" # the bucket starts empty
 start_minio "$STATE"

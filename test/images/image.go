@@ -255,7 +255,7 @@ func image(files []file, p v1.Platform, t time.Time, cfg v1.Config) (v1.Image, e
 
 // goBuild builds a static, stripped binary of pkg (relative to the module root) for p at out.
 func goBuild(root, pkg, out, ldflags string, p v1.Platform) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w "+ldflags), "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-gcflags=all=-dwarf=false", "-ldflags", strings.TrimSpace("-s -w "+ldflags), "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	if p.Architecture == "arm" && p.Variant != "" {

@@ -80,6 +80,13 @@ log() { echo "[tools] $*" >&2; }
 # with the default.
 export GOGC=400
 
+# The compiler flags of kdefer's own builds (the Makefile's GOFLAGS): the
+# build cache is keyed by them, so the tool builds reuse the packages that
+# kdefer's tests compiled (and the other way round) only with the same ones.
+# No DWARF: the binaries are linked with -w, which drops it anyway, and
+# writing it is a quarter of the compiler's CPU (the Makefile says more).
+GCFLAGS=-gcflags=all=-dwarf=false
+
 # timed NAME CMD...: runs CMD and logs its wall and CPU seconds (the tier
 # budget in the README is built from these lines).
 timed() {
@@ -103,7 +110,7 @@ build_kube() {
 	done
 	log "building kubernetes $KUBE_VERSION from $w (cold: ~20 CPU-minutes)"
 	mkdir -p "$d.tmp"
-	(cd "$w" && timed "kubernetes $KUBE_VERSION" env CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$d.tmp/" \
+	(cd "$w" && timed "kubernetes $KUBE_VERSION" env CGO_ENABLED=0 go build -trimpath "$GCFLAGS" -ldflags "$ld" -o "$d.tmp/" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
 	rm -rf "$d"; mv "$d.tmp" "$d"
@@ -115,7 +122,7 @@ build_etcd() {
 	local v w; v=$(etcd_version); w=$(kube_wrapper)
 	log "building etcd $v"
 	mkdir -p "$d.tmp"
-	(cd "$w" && timed "etcd $v" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/etcd" go.etcd.io/etcd/server/v3)
+	(cd "$w" && timed "etcd $v" env CGO_ENABLED=0 go build -trimpath "$GCFLAGS" -ldflags "-s -w" -o "$d.tmp/etcd" go.etcd.io/etcd/server/v3)
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 
@@ -123,7 +130,7 @@ gobin_install() { # NAME PKG@VERSION
 	local d; d=$(dir_of "$1")
 	log "building $2"
 	mkdir -p "$d.tmp"
-	timed "$2" env CGO_ENABLED=0 GOBIN="$d.tmp" GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" "$2"
+	timed "$2" env CGO_ENABLED=0 GOBIN="$d.tmp" GOFLAGS=-buildvcs=false go install -trimpath "$GCFLAGS" -ldflags "-s -w" "$2"
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 
@@ -133,7 +140,7 @@ build_minio() {
 	log "building MinIO $MINIO_VERSION from test/tools/minio"
 	mkdir -p "$d.tmp"
 	(cd "$root/test/tools/minio" && timed "github.com/minio/minio@$MINIO_VERSION" env CGO_ENABLED=0 GOFLAGS=-buildvcs=false \
-		go build -trimpath -ldflags "-s -w" -o "$d.tmp/minio" github.com/minio/minio)
+		go build -trimpath "$GCFLAGS" -ldflags "-s -w" -o "$d.tmp/minio" github.com/minio/minio)
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 build_mc() { have mc mc || gobin_install mc "github.com/minio/mc@$MC_VERSION"; }
@@ -147,7 +154,7 @@ build_s5cmd() {
 	src=$(go mod download -json "github.com/peak/s5cmd/v2@$S5CMD_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 	tmp=$(mktemp -d); cp -r "$src/." "$tmp/"; chmod -R u+w "$tmp"
 	mkdir -p "$d.tmp"
-	(cd "$tmp" && timed "s5cmd $S5CMD_VERSION" env CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$d.tmp/s5cmd" .)
+	(cd "$tmp" && timed "s5cmd $S5CMD_VERSION" env CGO_ENABLED=0 go build -mod=mod -trimpath "$GCFLAGS" -ldflags "-s -w" -o "$d.tmp/s5cmd" .)
 	rm -rf "$tmp" "$d"; mv "$d.tmp" "$d"
 }
 
@@ -187,7 +194,7 @@ build_manager() {
 	d=$(dir_of "$name")
 	log "building $name $version"
 	rm -rf "$d.tmp"; mkdir -p "$d.tmp"
-	(cd "$root/test/tools/$name" && timed "$name $version" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d.tmp/$name" "$pkg")
+	(cd "$root/test/tools/$name" && timed "$name $version" env CGO_ENABLED=0 go build -trimpath "$GCFLAGS" -ldflags "-s -w" -o "$d.tmp/$name" "$pkg")
 	src=$(cd "$root/test/tools/$name" && go list -m -f '{{.Dir}}' "$module")
 	mkdir -p "$d.tmp/config"
 	cp -r "$src/config/components" "$d.tmp/config/"
