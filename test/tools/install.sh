@@ -84,7 +84,7 @@ export GOGC=400
 # build cache is keyed by them, so the tool builds reuse the packages that
 # kdefer's tests compiled (and the other way round) only with the same ones.
 # No DWARF: the binaries are linked with -w, which drops it anyway, and
-# writing it is a quarter of the compiler's CPU (the Makefile says more).
+# writing it is 8-25% of the compiler's CPU (the Makefile says more).
 GCFLAGS=-gcflags=all=-dwarf=false
 
 # timed NAME CMD...: runs CMD and logs its wall and CPU seconds (the tier
