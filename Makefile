@@ -132,17 +132,15 @@ ifneq ($(UNIT),1)
 	@# helm lint and helm template of deploy/helm/kdefer, in-process (helm's Go
 	@# packages: no helm binary to build), against kustomize's build of deploy/
 	$(GO) test -count=1 ./test/helmchart
+	@# every example the README names, as `kdefer lint -f examples/ -R` sees
+	@# it (the CLI in-process): exit 0 and not one warning
+	$(GO) test -count=1 -run '^TestLintExamples$$' ./cmd/kdefer
 endif
 	@# The newest Kubernetes wrapper module and MinIO's on kdefer's versions of
 	@# every module both builds compile, so the tool builds reuse kdefer's build
 	@# cache (a kdefer bump without `test/tools/kube/shared.sh align DIR` fails here).
 	test/tools/kube/shared.sh check $(KUBE_NEWEST_WRAPPER)
 	test/tools/kube/shared.sh check test/tools/minio
-ifneq ($(UNIT),1)
-	@# every example the README names, as `kdefer lint -f examples/ -R` sees
-	@# it (the CLI in-process): exit 0 and not one warning
-	$(GO) test -count=1 -run '^TestLintExamples$$' ./cmd/kdefer
-endif
 	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
 
