@@ -83,9 +83,23 @@ launch_containerd() {
 
 start_containerd() {
 	alive "containerd$SFX" && return 0
+	local cri; cri=$(criready_bin) || return 1
 	mkdir -p "$NDIR/containerd/root" "$NDIR/containerd/state" "$NDIR/containerd/opt"
 	launch_containerd
 	wait_until "containerd on $CTRD_SOCK" 30 "containerd$SFX" ctr -a "$CTRD_SOCK" version
+	# The daemon answers before its CRI plugin has recovered the last run's
+	# containers; a kubelet started then checks the CRI once and exits.
+	wait_until "containerd's CRI on $CTRD_SOCK" 60 "containerd$SFX" "$cri" "$CTRD_SOCK"
+}
+
+# criready_bin: the path of test/cluster/criready, built when missing or older
+# than its source (a cached build: about a second).
+criready_bin() {
+	local b="$DIR/bin/criready" src="$REPO/test/cluster/criready/main.go"
+	if [ ! -x "$b" ] || [ "$src" -nt "$b" ]; then
+		(cd "$REPO" && go build -o "$b" ./test/cluster/criready) >&2 || { echo "[cluster] ERROR: building test/cluster/criready failed" >&2; return 1; }
+	fi
+	echo "$b"
 }
 
 start_apiserver() {
