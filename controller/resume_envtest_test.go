@@ -33,6 +33,7 @@ func TestResume(t *testing.T) {
 	withPolicy := func(p *corev1.Pod) { p.Annotations[v1.AnnotationPolicy] = pol.Name }
 
 	t.Run("retry", func(t *testing.T) {
+		h.t = t
 		failures, resumes := metric(t, "kdefer_run_failures_total", "reason", v1.ReasonRetriesExhausted), metric(t, "kdefer_run_resumes_total", "cause", v1.ReasonRetryRequested)
 		succeeded := metric(t, "kdefer_run_duration_seconds", "result", v1.DeferRunSucceeded)
 		_, pod := h.managedJobPod(ns, "retry", withPolicy)
@@ -101,16 +102,24 @@ func TestResume(t *testing.T) {
 		}
 	})
 
-	t.Run("node returns", func(t *testing.T) {
-		_, pod := h.managedJobPod(ns, "lost", withPolicy)
-		run := h.waitArmed(pod)
-		h.setNodeReady(corev1.ConditionUnknown)
-		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 137, "Error", corev1.PodFailed, "") })
+	// nodeReturns brings the lost node back, as its kubelet would: a defer
+	// pod the controller stopped while the node was away ends with it
+	// (nothing but the node's kubelet completes that deletion), then the
+	// run resumes there.
+	nodeReturns := func(t *testing.T, pod *corev1.Pod, run *v1.DeferRun) {
+		t.Helper()
 		h.waitFinished(run, v1.DeferRunFailed)
 		if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); c.Reason != v1.ReasonNodeLost {
 			t.Fatalf("Failed reason %s, want NodeLost", c.Reason)
 		}
+		if h.pvcDeleting(pod) {
+			t.Fatal("work volume released after NodeLost; want it kept for the node's return")
+		}
 		h.setNodeReady(corev1.ConditionTrue)
+		stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: v1.DeferPodName(run), Namespace: run.Namespace}}
+		if err := h.get(stale); err == nil && stale.Annotations[v1.AnnotationAttempt] == "" {
+			h.deletePod(stale, 0)
+		}
 		dp := h.waitAttempt(run, "1")
 		if dp.Spec.NodeName != node {
 			t.Errorf("resumed defer pod on node %q, want %s (the volume is there)", dp.Spec.NodeName, node)
@@ -121,6 +130,33 @@ func TestResume(t *testing.T) {
 			t.Errorf("status.retries = %+v; want one NodeLost attempt resumed by NodeReturned", rt)
 		}
 		h.waitEvent(run, v1.ReasonNodeReturned)
+	}
+
+	t.Run("node returns", func(t *testing.T) {
+		h.t = t
+		_, pod := h.managedJobPod(ns, "lost", withPolicy)
+		run := h.waitArmed(pod)
+		h.setNodeReady(corev1.ConditionUnknown)
+		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 137, "Error", corev1.PodFailed, "") })
+		nodeReturns(t, pod, run)
+	})
+
+	// The node is lost while the defer pod runs on it: the controller stops
+	// that pod (its deletion waits for the kubelet), and on the node's
+	// return the run resumes only once the stopped pod is gone, with a new
+	// one under the same name.
+	t.Run("node returns while its defer pod was stopped", func(t *testing.T) {
+		h.t = t
+		_, pod := h.managedJobPod(ns, "lost-running", withPolicy)
+		run := h.waitArmed(pod)
+		h.updatePodStatus(pod, func(p *corev1.Pod) { kt.Terminate(p, 137, "Error", corev1.PodFailed, "") })
+		dp := h.waitDeferPod(run)
+		h.setNodeReady(corev1.ConditionUnknown)
+		h.eventually("the running defer pod stopped", func() (bool, error) {
+			err := h.get(dp)
+			return err == nil && dp.DeletionTimestamp != nil, err
+		})
+		nodeReturns(t, pod, run)
 	})
 }
 
