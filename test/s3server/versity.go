@@ -2,6 +2,7 @@ package s3server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -15,8 +16,25 @@ import (
 
 var versity struct {
 	once sync.Once
+	dir  string
 	addr string
 	err  error
+}
+
+// RunTests runs m and then removes the directory of the gateway
+// StartVersity started, if it did: the gateway outlives every test of the
+// process, so no test's cleanup can remove it, and each package's run left
+// one behind in $TMPDIR (up to 141 MB each). Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(s3server.RunTests(m)) }
+func RunTests(m *testing.M) int {
+	code := m.Run()
+	if versity.dir != "" {
+		if err := os.RemoveAll(versity.dir); err != nil {
+			fmt.Fprintf(os.Stderr, "remove versitygw directory: %v\n", err)
+		}
+	}
+	return code
 }
 
 // StartVersity returns the address of versitygw's embedded S3 gateway,
@@ -32,6 +50,7 @@ func StartVersity(t testing.TB) string {
 			versity.err = err
 			return
 		}
+		versity.dir = dir
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			versity.err = err
