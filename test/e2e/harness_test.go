@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -422,6 +423,17 @@ func (s *signals) release(pod string) {
 	}
 }
 
+// drainReady drops the ready signals received so far.
+func (s *signals) drainReady() {
+	for {
+		select {
+		case <-s.ready:
+		default:
+			return
+		}
+	}
+}
+
 // waitReady returns the next pod that signalled ready.
 func (sc *scenario) waitReady(timeout time.Duration) string {
 	sc.t.Helper()
@@ -680,11 +692,25 @@ func (s *scenario) noLeaks(timeout time.Duration) {
 	if err != nil {
 		s.t.Fatalf("%v; left: %s", err, left)
 	}
+	s.waitPVsUnbound(time.Minute)
+	recyclePVs(s.t, s.env)
+}
+
+// waitPVsUnbound waits until no PV recorded for the scenario is bound to its
+// claim, and reports each that stays bound. The PV controller marks a PV
+// Released a moment after its claim is gone; it may then be Available
+// again already, or bound to another claim: every scenario's cleanUp wipes
+// every Released PV of the cluster (recyclePVs), and one running beside
+// this one may have been first (w37: TestDiskPressure waited a minute for
+// "Released" while its PV had been wiped).
+func (s *scenario) waitPVsUnbound(timeout time.Duration) bool {
+	s.t.Helper()
 	s.pvMu.Lock()
-	defer s.pvMu.Unlock()
-	for claim, pv := range s.pvs {
-		// The PV controller marks the PV Released a moment after its claim is gone.
-		err := clusterenv.WaitFor(s.ctx, time.Minute, "PV "+pv+" no longer Bound to "+s.ns+"/"+claim, func(ctx context.Context) (bool, error) {
+	pvs := maps.Clone(s.pvs)
+	s.pvMu.Unlock()
+	ok := true
+	for claim, pv := range pvs {
+		err := clusterenv.WaitFor(s.ctx, timeout, "PV "+pv+" no longer Bound to "+s.ns+"/"+claim, func(ctx context.Context) (bool, error) {
 			p, err := s.env.Clientset.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
 			if err != nil {
 				return false, err
@@ -694,9 +720,10 @@ func (s *scenario) noLeaks(timeout time.Duration) {
 		})
 		if err != nil {
 			s.t.Error(err)
+			ok = false
 		}
 	}
-	recyclePVs(s.t, s.env)
+	return ok
 }
 
 var recycleMu sync.Mutex
