@@ -119,6 +119,9 @@ deploy_kdefer() {
 # before cluster.sh up, which imports them into every node.
 build_images() {
 	[[ ${KDEFER_BUILD_IMAGES:-1} == 1 ]] || return 0
+	# The images are built from Debian's busybox-static, one of the
+	# packages the cluster needs: a new machine has none of them yet.
+	"$ROOT/test/cluster/cluster.sh" deps
 	log "building the images ${1:-of kdefer and the cluster} from this tree"
 	go run ./test/images --out "${KDEFER_IMAGES_DIR:-$ROOT/bin/images}" ${1:+--only "$1"} >/dev/null
 }
