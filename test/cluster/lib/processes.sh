@@ -8,13 +8,22 @@ pidfile() { echo "$RUN/$1.pid"; }
 # bin_of KEY: the program a key runs (kubelet-n2 -> kubelet).
 bin_of() { echo "${1%-n[0-9]*}"; }
 
+# runs PID BIN: PID has exec'ed the program BIN (its executable, not its
+# command line: while the kernel execs a program, /proc/PID/cmdline is empty
+# for a moment, between the new memory map and the arguments copied into it,
+# and before that env's and setsid's command lines name the program too. w39
+# saw etcd reported "exited" 0.3 s after its start, while it ran.)
+runs() {
+	local exe
+	exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
+	[[ $exe == */"$2" || $exe == */"$2 (deleted)" ]] || return 1
+	! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null
+}
+
 # alive KEY: the recorded pid runs the component's binary.
 alive() {
-	local f p; f=$(pidfile "$1"); [ -s "$f" ] || return 1
-	p=$(cat "$f"); [ -r "/proc/$p/cmdline" ] || return 1
-	tr '\0' ' ' <"/proc/$p/cmdline" | grep -q -- "$(bin_of "$1")" || return 1
-	grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && return 1
-	return 0
+	local f; f=$(pidfile "$1"); [ -s "$f" ] || return 1
+	runs "$(cat "$f")" "$(bin_of "$1")"
 }
 
 # launch KEY ARGV...: starts a component in its own session, output to logs/KEY.log.
@@ -29,9 +38,10 @@ launch() {
 		${LAUNCH_ENV:-} setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
 	local pid=$! i
 	echo "$pid" >"$(pidfile "$name")"
-	# until the forked shell has exec'ed the program, its command line is ours
-	for ((i = 0; i < 50; i++)); do
-		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$bin" && break
+	# until the forked shell has exec'ed env, setsid and then the program,
+	# the pid is not yet the component's (up to 10 s on a loaded machine)
+	for ((i = 0; i < 500; i++)); do
+		runs "$pid" "$bin" && break
 		[ -d "/proc/$pid" ] || break
 		sleep 0.02
 	done
