@@ -84,14 +84,14 @@ envtest-assets: tools
 ## Tier budget on the CI machine (2 cores, 24 GiB), measured with hack/test.sh
 ## on fresh clones (docs/development.md "Tier budget" has the details, where
 ## the CPU goes and the room left in 90 min):
-##   tier      cold (c8 2026-12-02: caches removed)   warm (w24 2026-12-02: tools cached)
-##   generate  134 s (controller-gen compiled)        6 s
-##   tools     1269 s, in the background              2 s
-##   verify    869 s (overlaps tools)                 39 s, beside fuzz and the e2e set-up
-##   fuzz      258 s, beside verify                   72 s, beside verify
-##   unit      585 s (multi-node phase alongside)     282 s (multi-node phase alongside)
-##   e2e       909 s after the tools (44 scenarios)   764 s after the tools (328 after unit)
-##   total     2179 s = 36.3 min                      771 s = 12.9 min
+##   tier      cold (c14 2026-12-03: caches removed)  warm (w40 2026-12-03: tools cached)
+##   generate  114 s (controller-gen compiled)        6 s
+##   tools     1582 s, in the background              0 s
+##   verify    1103 s (overlaps tools)                46 s, beside fuzz and the e2e set-up
+##   fuzz      314 s, beside verify                   96 s, beside verify
+##   unit      423 s (multi-node phase alongside)     266 s (multi-node phase alongside)
+##   e2e       625 s after the tools (44 scenarios)   585 s after the tools (189 after unit)
+##   total     2208 s = 36.8 min                      593 s = 9.9 min
 test:
 	hack/test.sh
 
