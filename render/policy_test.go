@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/render"
 	rt "github.com/kdefer/kdefer/render/testing"
@@ -48,5 +50,37 @@ func TestEffectivePolicyLocked(t *testing.T) {
 				t.Errorf("locked fields changed: stageOut %+v, credentials %+v", got.StageOut, got.Credentials)
 			}
 		})
+	}
+}
+
+func TestEffectivePolicyOverride(t *testing.T) {
+	policy := rt.MakePolicy("p", ns, "s3://team/{pod}/").Credentials("team").StageIn("s3://in/a/", "a").StageIn("s3://in/b/", "b").
+		TriggerRule(v1.TriggerRule{Triggers: []v1.Trigger{v1.TriggerOOMKilled}, Include: []string{"logs/**"}}).Obj().Spec
+	got, err := render.EffectivePolicy(&policy, map[string]string{
+		v1.AnnotationStageOut:    "s3://mine/{pod}/",
+		v1.AnnotationStageInPath: "in",
+		v1.AnnotationTriggers:    "Succeeded,OOMKilled",
+		v1.AnnotationWorkSize:    "5Gi",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StageOut.URL != "s3://mine/{pod}/" || got.Credentials.Name != "team" {
+		t.Errorf("stage-out/credentials = %q/%v", got.StageOut.URL, got.Credentials)
+	}
+	if diff := cmp.Diff([]v1.StageIn{{URL: "s3://in/a/", Path: "in"}, {URL: "s3://in/b/", Path: "in"}}, got.StageIn); diff != "" {
+		t.Errorf("stageIn (-want +got):\n%s", diff)
+	}
+	if r := got.RuleFor(v1.TriggerFailed); r.Action != v1.TriggerActionSkip {
+		t.Errorf("unlisted trigger Failed: action %s, want Skip", r.Action)
+	}
+	if r := got.RuleFor(v1.TriggerOOMKilled); r.Action != v1.TriggerActionRun || len(r.Include) != 1 {
+		t.Errorf("listed trigger OOMKilled keeps the policy's rule: %+v", r)
+	}
+	if got.WorkVolume.Size.String() != "5Gi" || got.WorkVolume.Name != v1.DefaultWorkVolumeName {
+		t.Errorf("work volume %+v", got.WorkVolume)
+	}
+	if policy.StageOut.URL != "s3://team/{pod}/" {
+		t.Errorf("EffectivePolicy modified the policy")
 	}
 }

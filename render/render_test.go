@@ -155,152 +155,6 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
-// simulateDefaults sets fields the apiserver defaults on a Job's template.
-func simulateDefaults(j *batchv1.Job) {
-	spec := &j.Spec.Template.Spec
-	spec.DNSPolicy = corev1.DNSClusterFirst
-	spec.SchedulerName = corev1.DefaultSchedulerName
-	spec.SecurityContext = &corev1.PodSecurityContext{}
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for i := range cs {
-			cs[i].TerminationMessagePath = corev1.TerminationMessagePathDefault
-			if cs[i].ImagePullPolicy == "" {
-				cs[i].ImagePullPolicy = corev1.PullIfNotPresent
-			}
-			if cs[i].TerminationMessagePolicy == "" {
-				cs[i].TerminationMessagePolicy = corev1.TerminationMessageReadFile
-			}
-		}
-	}
-	for i := range spec.Volumes {
-		if e := spec.Volumes[i].Ephemeral; e != nil {
-			fs := corev1.PersistentVolumeFilesystem
-			e.VolumeClaimTemplate.Spec.VolumeMode = &fs
-		}
-	}
-}
-
-// unrender removes exactly what render may add, restoring the work volume
-// from the original, so that what remains must equal the original.
-func unrender(t *testing.T, rendered, orig *batchv1.Job) *batchv1.Job {
-	t.Helper()
-	j := rendered.DeepCopy()
-	tmpl := &j.Spec.Template
-	otmpl := &orig.Spec.Template
-	if _, ok := otmpl.Labels[v1.LabelManaged]; !ok {
-		delete(tmpl.Labels, v1.LabelManaged)
-	}
-	if len(tmpl.Labels) == 0 && otmpl.Labels == nil {
-		tmpl.Labels = nil
-	}
-	var fin []string
-	for _, f := range tmpl.Finalizers {
-		if f != v1.PodFinalizer {
-			fin = append(fin, f)
-		}
-	}
-	tmpl.Finalizers = fin
-	for k := range tmpl.Annotations {
-		if _, ok := otmpl.Annotations[k]; !ok && strings.HasPrefix(k, v1.AnnotationPrefix) {
-			if orig.Annotations[k] != tmpl.Annotations[k] && k != v1.AnnotationRendered {
-				t.Errorf("template annotation %s=%q is neither the Job's nor the template's", k, tmpl.Annotations[k])
-			}
-			delete(tmpl.Annotations, k)
-		}
-	}
-	if len(tmpl.Annotations) == 0 && otmpl.Annotations == nil {
-		tmpl.Annotations = nil
-	}
-	var initc []corev1.Container
-	for _, c := range tmpl.Spec.InitContainers {
-		if !strings.HasPrefix(c.Name, render.StageInContainerName) {
-			initc = append(initc, c)
-		}
-	}
-	tmpl.Spec.InitContainers = initc
-	origVols := map[string]corev1.Volume{}
-	for _, v := range otmpl.Spec.Volumes {
-		origVols[v.Name] = v
-	}
-	var vols []corev1.Volume
-	added := map[string]bool{}
-	for _, v := range tmpl.Spec.Volumes {
-		if ov, ok := origVols[v.Name]; ok {
-			if v.Ephemeral != nil && ov.Ephemeral == nil && ov.EmptyDir == nil {
-				t.Errorf("volume %s of another kind was converted", v.Name)
-			}
-			if ov.Ephemeral != nil || ov.EmptyDir != nil {
-				v = ov
-			}
-			vols = append(vols, v)
-		} else {
-			added[v.Name] = true
-		}
-	}
-	tmpl.Spec.Volumes = vols
-	for i := range tmpl.Spec.Containers {
-		var ms []corev1.VolumeMount
-		for _, m := range tmpl.Spec.Containers[i].VolumeMounts {
-			if !added[m.Name] {
-				ms = append(ms, m)
-			}
-		}
-		tmpl.Spec.Containers[i].VolumeMounts = ms
-	}
-	return j
-}
-
-func checkInvariants(t *testing.T, j *batchv1.Job, policy *v1.DeferPolicySpec) {
-	t.Helper()
-	tmpl := j.Spec.Template
-	if tmpl.Labels[v1.LabelManaged] != "true" {
-		t.Errorf("template lacks %s", v1.LabelManaged)
-	}
-	found := false
-	for _, f := range tmpl.Finalizers {
-		found = found || f == v1.PodFinalizer
-	}
-	if !found {
-		t.Errorf("template lacks finalizer %s", v1.PodFinalizer)
-	}
-	pol, err := render.EffectivePolicy(policy, tmpl.Annotations)
-	if err != nil {
-		t.Fatalf("effective policy from the pod template alone: %v", err)
-	}
-	var work *corev1.Volume
-	for i := range tmpl.Spec.Volumes {
-		if tmpl.Spec.Volumes[i].Name == pol.WorkVolume.Name {
-			work = &tmpl.Spec.Volumes[i]
-		}
-	}
-	if work == nil || work.Ephemeral == nil || work.Ephemeral.VolumeClaimTemplate.Labels[v1.LabelWorkVolume] != pol.WorkVolume.Name {
-		t.Errorf("work volume %q is not a labelled generic ephemeral volume: %+v", pol.WorkVolume.Name, work)
-	}
-	// Main containers never receive credentials; stage-in does.
-	if pol.Credentials != nil {
-		secret := pol.Credentials.Name
-		for _, c := range append(append([]corev1.Container{}, tmpl.Spec.Containers...), tmpl.Spec.InitContainers...) {
-			stage := strings.HasPrefix(c.Name, render.StageInContainerName)
-			got := false
-			for _, e := range c.EnvFrom {
-				got = got || (e.SecretRef != nil && e.SecretRef.Name == secret)
-			}
-			for _, e := range c.Env {
-				got = got || (e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret)
-			}
-			if got != stage {
-				t.Errorf("container %s: receives credentials = %v, want %v", c.Name, got, stage)
-			}
-		}
-	}
-	// Stage-in containers come first, one per source.
-	for i := range pol.StageIn {
-		if i >= len(tmpl.Spec.InitContainers) || !strings.HasPrefix(tmpl.Spec.InitContainers[i].Name, render.StageInContainerName) {
-			t.Errorf("init container %d is not a stage-in container", i)
-		}
-	}
-}
-
 func TestRenderRefuses(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -348,7 +202,7 @@ func TestRenderRefuses(t *testing.T) {
 			want: []string{"policy.stageOut.url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls"}},
 		{name: "policy's defer container weakens Pod Security", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Obj(),
 			policy: &v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/{pod}/"}, DeferContainers: []corev1.Container{{Name: "d", Image: "x",
-				SecurityContext: &corev1.SecurityContext{Privileged: ptrTo(true), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}}}},
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr(true), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}}}},
 			want: []string{"policy.deferContainers[0].securityContext.privileged: Forbidden", "policy.deferContainers[0].securityContext.capabilities.add[0]: Forbidden: capability SYS_ADMIN"}},
 		{name: "annotation hands a defer container the stage credentials", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").
 			Annotation(v1.AnnotationCredentials, "team-token").Obj(),
@@ -387,40 +241,6 @@ func TestRenderAllowsFileURLsWhenTold(t *testing.T) {
 	_, err := render.Job(job, nil, opts)
 	if got := strings.Join(render.Problems(err), "\n"); !strings.Contains(got, "policy.stageIn[0].url: Forbidden") {
 		t.Errorf("render.Job without AllowFileURLs: want stageIn[0] refused too, got:\n%s", got)
-	}
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-func TestEffectivePolicyOverride(t *testing.T) {
-	policy := rt.MakePolicy("p", ns, "s3://team/{pod}/").Credentials("team").StageIn("s3://in/a/", "a").StageIn("s3://in/b/", "b").
-		TriggerRule(v1.TriggerRule{Triggers: []v1.Trigger{v1.TriggerOOMKilled}, Include: []string{"logs/**"}}).Obj().Spec
-	got, err := render.EffectivePolicy(&policy, map[string]string{
-		v1.AnnotationStageOut:    "s3://mine/{pod}/",
-		v1.AnnotationStageInPath: "in",
-		v1.AnnotationTriggers:    "Succeeded,OOMKilled",
-		v1.AnnotationWorkSize:    "5Gi",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.StageOut.URL != "s3://mine/{pod}/" || got.Credentials.Name != "team" {
-		t.Errorf("stage-out/credentials = %q/%v", got.StageOut.URL, got.Credentials)
-	}
-	if diff := cmp.Diff([]v1.StageIn{{URL: "s3://in/a/", Path: "in"}, {URL: "s3://in/b/", Path: "in"}}, got.StageIn); diff != "" {
-		t.Errorf("stageIn (-want +got):\n%s", diff)
-	}
-	if r := got.RuleFor(v1.TriggerFailed); r.Action != v1.TriggerActionSkip {
-		t.Errorf("unlisted trigger Failed: action %s, want Skip", r.Action)
-	}
-	if r := got.RuleFor(v1.TriggerOOMKilled); r.Action != v1.TriggerActionRun || len(r.Include) != 1 {
-		t.Errorf("listed trigger OOMKilled keeps the policy's rule: %+v", r)
-	}
-	if got.WorkVolume.Size.String() != "5Gi" || got.WorkVolume.Name != v1.DefaultWorkVolumeName {
-		t.Errorf("work volume %+v", got.WorkVolume)
-	}
-	if policy.StageOut.URL != "s3://team/{pod}/" {
-		t.Errorf("EffectivePolicy modified the policy")
 	}
 }
 
