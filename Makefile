@@ -161,12 +161,16 @@ $(GOLANGCI_LINT): hack/tools/go.mod hack/tools/go.sum
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## bench-stage: kdefer-stage against s5cmd and mc on one local MinIO (not part of make test).
+## bench-stage: kdefer-stage against s5cmd and mc on one local server (not part of make test):
+## BENCH_STAGE_SERVER=minio (default; writes test/bench/results.md; MinIO's own CPU and disk waits bound
+## most cells on 2 cores, docs/stage.md) or versitygw (its posix gateway, a fraction of MinIO's CPU a
+## request, so the clients' own differences show; writes test/bench/results-versitygw.md).
+BENCH_STAGE_SERVER ?= minio
 bench-stage:
-	$(TOOLS) minio
+	$(if $(filter minio,$(BENCH_STAGE_SERVER)),$(TOOLS) minio)
 	$(TOOLS) mc
 	$(TOOLS) s5cmd
-	$(GO) run ./test/bench/stage
+	$(GO) run ./test/bench/stage -server $(BENCH_STAGE_SERVER)
 
 ## bench-scale: a BENCH_SCALE-file (default 1,000,000) empty-file stage-out by kdefer-stage alone under the
 ## defer pod's memory limit, objects counted in the server afterwards (issue #12; not part of bench-stage).

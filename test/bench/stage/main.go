@@ -71,7 +71,7 @@ var (
 	runs     = flag.Int("runs", 3, "runs per tool, shape and direction (median reported)")
 	only     = flag.String("shapes", "", "comma-separated shape names to run (default all)")
 	workDir  = flag.String("work", "", "scratch directory (default a new temporary directory)")
-	resultMD = flag.String("out", "test/bench/results.md", "results file")
+	resultMD = flag.String("out", "", "results file (default test/bench/results.md, or test/bench/results-<server>.md for another -server)")
 )
 
 func main() {
@@ -84,6 +84,12 @@ func main() {
 		return
 	}
 	flag.Parse()
+	if *resultMD == "" {
+		*resultMD = "test/bench/results.md"
+		if *peerServer != serverMinIO && *scale == 0 {
+			*resultMD = "test/bench/results-" + *peerServer + ".md"
+		}
+	}
 	startSpawner()
 	log.SetFlags(log.Ltime)
 	root, err := os.Getwd()
@@ -106,19 +112,23 @@ func main() {
 		}
 		return p
 	}
+	server := *peerServer
 	if *scale > 0 {
-		minioBin := ""
-		if *scaleServer == serverMinIO {
-			minioBin = toolPath("minio")
-		}
+		server = *scaleServer
+	}
+	minioBin := ""
+	if server == serverMinIO {
+		minioBin = toolPath("minio")
+	}
+	if *scale > 0 {
 		runScale(root, work, minioBin)
 		return
 	}
-	minioBin, mcBin, s5Bin := toolPath("minio"), toolPath("mc"), toolPath("s5cmd")
+	mcBin, s5Bin := toolPath("mc"), toolPath("s5cmd")
 	kbin := buildStage(root, work)
 
-	dataDir := filepath.Join(work, "minio-data")
-	st := startStore(serverMinIO, minioBin, dataDir)
+	dataDir := filepath.Join(work, *peerServer+"-data")
+	st := startStore(*peerServer, minioBin, dataDir)
 	defer st.stop()
 	addr, client := st.addr, st.client
 	ctx := context.Background()
@@ -238,7 +248,7 @@ func main() {
 		check(os.RemoveAll(src))
 	}
 
-	report(selected, tools, results, bytesOf, minioBin, mcBin, s5Bin)
+	report(selected, tools, results, bytesOf, serverVersion(*peerServer, minioBin), mcBin, s5Bin)
 }
 
 // checkAllSums fails the benchmark unless the manifest under prefix records

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,25 +15,29 @@ import (
 )
 
 type stat struct {
-	wall, cpu time.Duration
-	rssMiB    float64
+	wall, cpu, server time.Duration
+	rssMiB            float64
 }
 
 func median(ss []sample) stat {
 	walls := make([]time.Duration, len(ss))
 	cpus := make([]time.Duration, len(ss))
+	servers := make([]time.Duration, len(ss))
 	rss := make([]int64, len(ss))
 	for i, s := range ss {
-		walls[i], cpus[i], rss[i] = s.wall, s.cpu, s.rssKiB
+		walls[i], cpus[i], servers[i], rss[i] = s.wall, s.cpu, s.server, s.rssKiB
 	}
-	sort.Slice(walls, func(i, j int) bool { return walls[i] < walls[j] })
-	sort.Slice(cpus, func(i, j int) bool { return cpus[i] < cpus[j] })
-	sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
+	slices.Sort(walls)
+	slices.Sort(cpus)
+	slices.Sort(servers)
+	slices.Sort(rss)
 	m := len(ss) / 2
-	return stat{wall: walls[m], cpu: cpus[m], rssMiB: float64(rss[len(rss)-1]) / 1024} // peak RSS: the worst run
+	return stat{wall: walls[m], cpu: cpus[m], server: servers[m], rssMiB: float64(rss[len(rss)-1]) / 1024} // peak RSS: the worst run
 }
 
-func report(selected []shape, tools []tool, results map[key][]sample, bytesOf map[string]int64, minioBin, mcBin, s5Bin string) {
+// report writes the results file and prints the RESULT lines against s5cmd;
+// server is the peer comparison's server and its version.
+func report(selected []shape, tools []tool, results map[key][]sample, bytesOf map[string]int64, server, mcBin, s5Bin string) {
 	var md strings.Builder
 	host, _ := os.Hostname()
 	cpuModel := "unknown"
@@ -58,9 +62,9 @@ func report(selected []shape, tools []tool, results map[key][]sample, bytesOf ma
 	// they report "DEVELOPMENT"; the pinned module version is in the path
 	// test/tools/install.sh builds them under.
 	ver := func(bin string) string { return filepath.Base(filepath.Dir(bin)) }
-	fmt.Fprintf(&md, "- Versions: kdefer-stage %s (%s), %s, %s, %s (as pinned in test/tools/install.sh)\n", strings.TrimSpace(string(commit)), runtime.Version(), ver(minioBin), ver(mcBin), ver(s5Bin))
-	fmt.Fprintf(&md, "- Method: one MinIO on 127.0.0.1 (client and server share the CPUs); before each run dirty pages written, the page cache dropped and the run's inputs (the source files, or the server's data) read back into it, the rest of memory free; %d runs per cell alternating tool order, median wall time and CPU, peak RSS of the worst run; client CPU = user+sys of the tool's process (rusage), RSS = its maxrss. Each tool uses its default concurrency (kdefer-stage 16). %s is kdefer-stage out --checksums %s: every checksum a manifest can record besides CRC32C, in the same read pass.\n\n", *runs, sumsTool, strings.Join(stagecontract.ManifestChecksums, ","))
-	fmt.Fprintf(&md, "| shape | op | tool | wall s | MB/s | files/s | client CPU s/GB | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&md, "- Versions: kdefer-stage %s (%s), %s, %s, %s (as pinned in test/tools/install.sh)\n", strings.TrimSpace(string(commit)), runtime.Version(), server, ver(mcBin), ver(s5Bin))
+	fmt.Fprintf(&md, "- Method: one %s on 127.0.0.1 (client and server share the CPUs; server CPU = the server process's user+sys during the run); before each run dirty pages written, the page cache dropped and the run's inputs (the source files, or the server's data) read back into it, the rest of memory free; %d runs per cell alternating tool order, median wall time and CPU, peak RSS of the worst run; client CPU = user+sys of the tool's process (rusage), RSS = its maxrss. Each tool uses its default concurrency (kdefer-stage 16). %s is kdefer-stage out --checksums %s: every checksum a manifest can record besides CRC32C, in the same read pass.\n\n", serverNames[*peerServer], *runs, sumsTool, strings.Join(stagecontract.ManifestChecksums, ","))
+	fmt.Fprintf(&md, "| shape | op | tool | wall s | MB/s | files/s | client CPU s/GB | server CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n")
 	var lines []string
 	for _, sh := range selected {
 		for _, op := range []string{"upload", "download"} {
@@ -73,8 +77,8 @@ func report(selected []shape, tools []tool, results map[key][]sample, bytesOf ma
 				st[t.name] = median(results[key{sh.name, op, t.name}])
 				s := st[t.name]
 				gb := float64(bytesOf[sh.name]) / 1e9
-				fmt.Fprintf(&md, "| %s | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f |\n", sh.name, op, t.name, s.wall.Seconds(),
-					float64(bytesOf[sh.name])/1e6/s.wall.Seconds(), float64(sh.files)/s.wall.Seconds(), s.cpu.Seconds()/gb, s.rssMiB)
+				fmt.Fprintf(&md, "| %s | %s | %s | %.2f | %.0f | %.0f | %.2f | %.2f | %.0f |\n", sh.name, op, t.name, s.wall.Seconds(),
+					float64(bytesOf[sh.name])/1e6/s.wall.Seconds(), float64(sh.files)/s.wall.Seconds(), s.cpu.Seconds()/gb, s.server.Seconds(), s.rssMiB)
 			}
 			for _, kt := range []string{"kdefer", sumsTool} {
 				k, ok := st[kt]
@@ -87,8 +91,8 @@ func report(selected []shape, tools []tool, results map[key][]sample, bytesOf ma
 				}
 				for _, vs := range []string{"s5cmd", "mc"} {
 					o := st[vs]
-					line := fmt.Sprintf("RESULT shape=%s op=%s%s vs=%s throughput_ratio=%.2f cpu_ratio=%.2f rss_mib=%.0f",
-						sh.name, op, sums, vs, o.wall.Seconds()/k.wall.Seconds(), k.cpu.Seconds()/o.cpu.Seconds(), k.rssMiB)
+					line := fmt.Sprintf("RESULT shape=%s op=%s%s vs=%s throughput_ratio=%.2f cpu_ratio=%.2f rss_mib=%.0f server=%s",
+						sh.name, op, sums, vs, o.wall.Seconds()/k.wall.Seconds(), k.cpu.Seconds()/o.cpu.Seconds(), k.rssMiB, *peerServer)
 					if vs == "s5cmd" {
 						fmt.Println(line)
 					}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +34,38 @@ const (
 	serverVersityGW = "versitygw"
 )
 
+// The peer comparison's server: MinIO by default, the store most sites run
+// on premises. Its CPU (MD5 and HighwayHash of every byte, a part file and
+// xl.meta per object) and its O_DIRECT waits bound most cells on a 2-core
+// machine whatever the client does (docs/stage.md); versitygw's posix
+// gateway costs a fraction of that, so its cells show the clients' own
+// differences.
+var peerServer = flag.String("server", serverMinIO, "S3 server for the peer comparison: minio or versitygw (its posix gateway on a local directory, in a child process)")
+
 var scaleServer = flag.String("scale-server", serverVersityGW, "S3 server for -scale: versitygw (its posix gateway on a local directory, in a child process) or minio (~3x the server CPU per empty object)")
+
+// serverNames name the servers in the results' method line.
+var serverNames = map[string]string{
+	serverMinIO:     "MinIO",
+	serverVersityGW: "versitygw posix gateway on a local directory",
+}
+
+// serverVersion is the server's version as the results file gives it: MinIO's
+// from the directory test/tools/install.sh built it in, versitygw's from this
+// binary's build information (the go.mod version).
+func serverVersion(kind, minioBin string) string {
+	if kind == serverMinIO {
+		return filepath.Base(filepath.Dir(minioBin))
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/versity/versitygw" {
+				return "versitygw-" + m.Version
+			}
+		}
+	}
+	return kind
+}
 
 // store is a running S3 server with the benchmark's bucket made.
 type store struct {
