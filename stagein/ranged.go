@@ -52,7 +52,7 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 				r = storage.ContextReader(ctx, r)
 				defer r.Close()
 				h := storage.NewHasher(set & storage.Combinable)
-				w := io.MultiWriter(io.NewOffsetWriter(f, off), h, moved)
+				w := io.MultiWriter(storage.FileWriter(io.NewOffsetWriter(f, off)), h, moved)
 				m, err := storage.CopyBuffer(w, r)
 				if err != nil {
 					return err

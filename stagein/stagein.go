@@ -310,7 +310,7 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		r = storage.ContextReader(ctx, r)
 		defer r.Close()
 		h := storage.NewHasher(hashes(en, oi))
-		n, err := storage.CopyBuffer(io.MultiWriter(f, h, moved), r)
+		n, err := storage.CopyBuffer(io.MultiWriter(storage.FileWriter(f), h, moved), r)
 		if err != nil {
 			return err
 		}

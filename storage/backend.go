@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -330,62 +329,6 @@ func driverClass(err error) (Class, string, bool) {
 		}
 	}
 	return 0, "", false
-}
-
-// copyBufSize is the size of each copy buffer. Buffers come from one pool and
-// each worker holds at most one, so buffer memory is bounded by
-// concurrency * copyBufSize (16 * 256 KiB = 4 MiB by default) whatever the
-// number or size of files: no per-file or per-part buffers are ever
-// allocated, since uploads stream from the file (io.ReaderAt sections) and
-// downloads stream into it (WriteAt).
-const copyBufSize = 256 << 10
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
-
-func getBuf() *[]byte  { return bufPool.Get().(*[]byte) }
-func putBuf(b *[]byte) { bufPool.Put(b) }
-
-// CopyBuffer copies with a pooled buffer, writing whole buffers (all but
-// the last write): a network body's reads return what the socket holds,
-// often a few KiB, and each write of a download costs a system call, the
-// page-cache lookups of its pages and a hash call per chunk, so filling
-// the buffer first means a 1 MiB object is written in 4 writes instead of
-// one per read (the 1000 x 1 MiB download: ~15% less client CPU,
-// docs/stage.md). A local file's reads fill it anyway. Neither side's
-// ReadFrom or WriteTo is used: an *os.File's would copy through a 32 KiB
-// buffer of its own.
-func CopyBuffer(dst io.Writer, src io.Reader) (int64, error) {
-	b := getBuf()
-	defer putBuf(b)
-	return io.CopyBuffer(writerOnly{dst}, &fullReader{r: src}, *b)
-}
-
-// writerOnly hides its writer's other methods (io.ReaderFrom).
-type writerOnly struct{ io.Writer }
-
-// fullReader's Read fills p unless the source ends or fails first. Not
-// io.ReadFull: its io.ErrUnexpectedEOF for a short end would hide the same
-// error from a truncated HTTP body.
-type fullReader struct {
-	r   io.Reader
-	eof bool
-}
-
-func (f *fullReader) Read(p []byte) (n int, err error) {
-	if f.eof {
-		return 0, io.EOF
-	}
-	for n < len(p) && err == nil {
-		var m int
-		m, err = f.r.Read(p[n:])
-		n += m
-	}
-	if errors.Is(err, io.EOF) && n > 0 {
-		// The end inside p: what was read is written first, and the
-		// next Read reports the end.
-		f.eof, err = true, nil
-	}
-	return n, err
 }
 
 // NotExist is the error for a missing key (it wraps ErrNotExist).

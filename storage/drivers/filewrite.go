@@ -116,7 +116,7 @@ func (fr *fileRoot) writeTemp(ctx context.Context, key, name string, r io.Reader
 	// Every read checks ctx: a cancelled write stops within one buffer.
 	cr := storage.ContextReader(ctx, io.NopCloser(r))
 	defer cr.Close()
-	n, err := storage.CopyBuffer(f, cr)
+	n, err := storage.CopyBuffer(storage.FileWriter(f), cr)
 	if err == nil && n != size {
 		err = io.ErrUnexpectedEOF
 	}
