@@ -69,14 +69,15 @@ const fileWriteSize = 32 << 10
 
 // FileWriter returns w (a file) with every write split into pieces of at
 // most 32 KiB. Linux sizes a new page-cache folio to the write that
-// creates it (xfs since 5.18, ext4 since 6.16), and a folio above 32 KiB
+// creates it (xfs, and ext4 since 6.16), and a folio above 32 KiB
 // comes from the buddy allocator's large free blocks instead of the
 // per-CPU lists: the blocks a VM with free page reporting (Firecracker,
 // virtio-balloon) has handed back to its host, whose every page then
 // faults in the host on first touch. On such a machine 256 KiB writes made
 // the 4 x 256 MiB download take 0.87-1.42 s with 0.56-1.63 s of system
 // CPU, 32 KiB writes 0.76-0.90 s with 0.61-0.69 s (five interleaved runs
-// each; docs/stage.md). The extra system calls cost ~30 ms a GB.
+// each; docs/stage.md). The ~28,000 extra write calls a GB cost tens of
+// milliseconds.
 func FileWriter(w io.Writer) io.Writer { return fileWriter{w} }
 
 type fileWriter struct{ w io.Writer }
