@@ -110,11 +110,11 @@ func (s store) cpu() time.Duration {
 
 // awaitIdle waits, up to limit, until the server has spent at most 2% of a
 // core for a second (two 10 ms ticks of /proc's CPU time), and returns how
-// long it waited. MinIO goes on working
-// after a burst of requests (the first download after the source upload
-// found it busy: 4.9 and 6.5 s of server CPU in that run, 1.3-1.5 s in the
-// runs after it), and a run that starts then pays for it, always the same
-// tool's first run because the order alternates from a fixed start.
+// long it waited. MinIO goes on working for 2-7 s after some runs, and a
+// run that started then would pay for the one before it. (The first
+// download of a shape paid far more, 4.9-6.5 s of MinIO CPU, for MinIO's
+// first reads of objects just written, which waiting does not remove: the
+// warm-up download in main does.)
 func (s store) awaitIdle(limit time.Duration) time.Duration {
 	const window = time.Second
 	start := time.Now()
