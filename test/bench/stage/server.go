@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -88,7 +87,7 @@ func startStore(kind, minioBin, dataDir string) store {
 	case serverVersityGW:
 		srv = startVersityGW(s.addr, dataDir)
 	default:
-		log.Fatalf("-scale-server %q: want %s or %s", kind, serverMinIO, serverVersityGW)
+		log.Fatalf("S3 server %q (-server or -scale-server): want %s or %s", kind, serverMinIO, serverVersityGW)
 	}
 	s.pid = srv.Process.Pid
 	s.stop = func() { _ = srv.Process.Kill(); _, _ = srv.Process.Wait() }
@@ -156,9 +155,8 @@ func statCPU(stat string) (time.Duration, error) {
 }
 
 func startMinIO(bin, addr, dir string) *exec.Cmd {
-	c := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", freeAddr(), dir)
+	c := quiet(exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", freeAddr(), dir))
 	c.Env = append(os.Environ(), "MINIO_ROOT_USER="+accessKey, "MINIO_ROOT_PASSWORD="+secretKey, "MINIO_BROWSER=off", "MINIO_UPDATE=off")
-	c.Stdout, c.Stderr = io.Discard, os.Stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	check(c.Start())
 	deadline := time.Now().Add(60 * time.Second)
@@ -188,9 +186,8 @@ func startVersityGW(addr, dir string) *exec.Cmd {
 	check(os.MkdirAll(dir, 0o755))
 	self, err := os.Executable()
 	check(err)
-	c := exec.Command(self)
+	c := quiet(exec.Command(self))
 	c.Env = append(os.Environ(), versityDirEnv+"="+dir, versityAddrEnv+"="+addr)
-	c.Stdout, c.Stderr = io.Discard, os.Stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	check(c.Start())
 	deadline := time.Now().Add(60 * time.Second)
