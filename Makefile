@@ -109,13 +109,14 @@ generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:dir=deploy/crd
 	$(GO) tool controller-gen rbac:roleName=kdefer-manager paths=./controller/... output:rbac:dir=deploy/rbac
+	$(GO) tool controller-gen rbac:roleName=kdefer-node paths=./cmd/kdefer-controller/app/... output:rbac:dir=deploy/node-agent
 	@# The Helm chart ships deploy/'s manifests as files it reads, not copies
 	@# it edits: one source of truth (test/helmchart checks the chart renders
 	@# what kustomize builds). Only what the chart parameterizes beyond the
 	@# namespace (the Deployment, Services) is a template of its own.
 	rm -rf $(CHART)/files
-	for d in crd rbac webhook policy critical-pods monitoring; do mkdir -p $(CHART)/files/$$d; \
-		cp $$(ls deploy/$$d/*.yaml | grep -v kustomization.yaml) $(CHART)/files/$$d/; done
+	for d in crd rbac webhook policy critical-pods monitoring node-agent; do mkdir -p $(CHART)/files/$$d; \
+		cp $$(ls deploy/$$d/*.yaml | grep -v -e kustomization.yaml -e daemonset.yaml) $(CHART)/files/$$d/; done
 
 ## verify: generated code and manifests are committed and current; code is
 ## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`;

@@ -263,7 +263,7 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	}
 	if logsToken {
 		// The token names the pod's service account: say which, as the
-		// ServiceAccount admission plugin would (LogServer checks it).
+		// ServiceAccount admission plugin would (logsendpoint checks it).
 		if pod.Spec.ServiceAccountName == "" {
 			pod.Spec.ServiceAccountName = "default"
 		}

@@ -15,15 +15,32 @@ import (
 )
 
 // LogsEndpoint is where stage-out steps fetch the ended pod's logs
-// (LogServer behind the webhook Service).
+// (logsendpoint.Server: the node agent, or the webhook Service).
 type LogsEndpoint struct {
 	// URL of the endpoint ("": logs are never archived, whatever the
-	// policies say: the webhook server is off).
+	// policies say: the webhook server is off). It may name the defer
+	// pod's node address as $(KDEFER_NODE_IP) (NodeAgentURL).
 	URL string
+	// ServerName is the name the endpoint's certificate is checked for
+	// ("": the URL's host): the node agent's, reached at a node address.
+	ServerName string
 	// CA returns the PEM bundle that signs the endpoint's certificate, read
 	// when a defer pod is built so a rotated CA reaches new pods; nil or
 	// empty: logs are not archived.
 	CA func() []byte
+}
+
+// The node agents' serving certificate (cmd/kdefer-controller/app), in
+// their namespace.
+// +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=get;create;update
+
+// nodeIPRef is how a LogsEndpoint URL names the defer pod's node address.
+const nodeIPRef = "$(" + stagecontract.EnvNodeIP + ")"
+
+// NodeAgentURL is the URL of the node agent's logs endpoint on port, on
+// whichever node the defer pod runs (always the ended pod's).
+func NodeAgentURL(port int) string {
+	return "https://" + nodeIPRef + ":" + strconv.Itoa(port) + stagecontract.LogsPath
 }
 
 // logsTokenVolume holds the stage-out step's projected token.
@@ -37,7 +54,7 @@ const logsTokenSeconds int64 = 600
 // pod's logs, when the policy wants them and the endpoint is known: the
 // endpoint, its CA and the cap in the environment, and a token bound to
 // the defer pod for stagecontract.LogsAudience, which the apiserver refuses
-// (its audience is not the apiserver's) and LogServer accepts for this
+// (its audience is not the apiserver's) and the endpoint accepts for this
 // run's ended pod only. A step that mounts the token's volume needs
 // logsVolume in its pod. The step also archives its own log, as the
 // container c of deferPod.
@@ -48,6 +65,14 @@ func withLogs(c *corev1.Container, so *v1.StageOut, ep LogsEndpoint, deferPod st
 	ca := ep.CA()
 	if len(ca) == 0 {
 		return
+	}
+	if strings.Contains(ep.URL, nodeIPRef) {
+		// Before the URL: Kubernetes expands $(VAR) from earlier variables only.
+		c.Env = append(c.Env, corev1.EnvVar{Name: stagecontract.EnvNodeIP,
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}})
+	}
+	if ep.ServerName != "" {
+		c.Env = append(c.Env, corev1.EnvVar{Name: stagecontract.EnvLogsServerName, Value: ep.ServerName})
 	}
 	c.Env = append(c.Env,
 		corev1.EnvVar{Name: stagecontract.EnvLogsURL, Value: ep.URL},

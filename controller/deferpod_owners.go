@@ -82,29 +82,6 @@ func OwnByVolumes(pod *corev1.Pod, run *v1.DeferRun, pvcs map[string]*corev1.Per
 	return true
 }
 
-// IsDeferPodOf says whether pod is run's defer pod: owned by the run (a pod
-// whose volumes were unknown, or made before defer pods were owned by their
-// volumes) or annotated with its UID.
-func IsDeferPodOf(pod *corev1.Pod, run *v1.DeferRun) bool {
-	if metav1.IsControlledBy(pod, run) {
-		return true
-	}
-	uid, ok := pod.Annotations[v1.AnnotationDeferRunUID]
-	return ok && uid == string(run.UID) && pod.Annotations[v1.AnnotationDeferRunName] == run.Name
-}
-
-// DeferPodRun is the name of the run a defer pod serves, "" if pod is not
-// a defer pod.
-func DeferPodRun(pod metav1.Object) string {
-	if n := pod.GetAnnotations()[v1.AnnotationDeferRunName]; n != "" {
-		return n
-	}
-	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && ref.Kind == "DeferRun" && ref.APIVersion == v1.GroupVersion.String() {
-		return ref.Name
-	}
-	return ""
-}
-
 // runOwnerRef is an ownerReference to the DeferRun. controller=true for the
 // defer pod; for work PVCs it is a second, non-controller owner with
 // blockOwnerDeletion false, so it never delays the pod's or Job's deletion

@@ -346,12 +346,12 @@ func TestDeferPodOwnership(t *testing.T) {
 			if metav1.GetControllerOf(pod) == nil {
 				t.Error("no controller: kubectl drain would refuse to evict the defer pod instead of waiting")
 			}
-			if !IsDeferPodOf(pod, tc.run) || DeferPodRun(pod) != tc.run.Name {
-				t.Errorf("not recognised as %s's defer pod: %v %q", tc.run.Name, IsDeferPodOf(pod, tc.run), DeferPodRun(pod))
+			if !v1.IsDeferPodOf(pod, tc.run) || v1.DeferPodRun(pod) != tc.run.Name {
+				t.Errorf("not recognised as %s's defer pod: %v %q", tc.run.Name, v1.IsDeferPodOf(pod, tc.run), v1.DeferPodRun(pod))
 			}
 			other := kt.MakeRun("j-x", "ns").Obj()
 			other.UID = "a-new-run-of-the-same-name"
-			if IsDeferPodOf(pod, other) {
+			if v1.IsDeferPodOf(pod, other) {
 				t.Error("recognised as the defer pod of another run of the same name")
 			}
 		})
@@ -360,10 +360,10 @@ func TestDeferPodOwnership(t *testing.T) {
 	// its run.
 	run := kt.MakeRun("j-x", "ns").Obj()
 	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-x-defer", OwnerReferences: []metav1.OwnerReference{runOwnerRef(run, true)}}}
-	if !IsDeferPodOf(old, run) || DeferPodRun(old) != "j-x" {
+	if !v1.IsDeferPodOf(old, run) || v1.DeferPodRun(old) != "j-x" {
 		t.Error("an older defer pod owned by its run is not recognised")
 	}
-	if DeferPodRun(&corev1.Pod{}) != "" {
+	if v1.DeferPodRun(&corev1.Pod{}) != "" {
 		t.Error("a pod without owner or annotation mapped to a run")
 	}
 }

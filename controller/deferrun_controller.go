@@ -252,7 +252,7 @@ func (r *RunReconciler) execute(ctx context.Context, s *runState) (passEnd, erro
 	} else if err != nil {
 		return endWrite, fmt.Errorf("reading the defer pod: %w", err)
 	}
-	if pod != nil && !IsDeferPodOf(pod, run) {
+	if pod != nil && !v1.IsDeferPodOf(pod, run) {
 		return endWrite, fmt.Errorf("pod %s exists and is not this run's defer pod", pod.Name)
 	}
 	if pod != nil && pod.Annotations[v1.AnnotationAttempt] != attemptOf(s.status) {

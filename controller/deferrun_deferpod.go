@@ -21,7 +21,7 @@ import (
 // deferPod returns the run's defer pod from the cache, nil if none.
 func (r *RunReconciler) deferPod(ctx context.Context, run *v1.DeferRun) *corev1.Pod {
 	pod := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, pod); err != nil || !IsDeferPodOf(pod, run) {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, pod); err != nil || !v1.IsDeferPodOf(pod, run) {
 		return nil
 	}
 	return pod

@@ -57,7 +57,7 @@ func (r *RunReconciler) trigger(ctx context.Context, s *runState) (bool, error) 
 		node = pod.Spec.NodeName
 	}
 	dp := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, dp); err == nil && IsDeferPodOf(dp, run) {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: v1.DeferPodName(run)}, dp); err == nil && v1.IsDeferPodOf(dp, run) {
 		for _, e := range dp.Spec.Containers[0].Env {
 			switch {
 			case e.Name == stagecontract.EnvTrigger && v1.Trigger(e.Value).IsValid():

@@ -20,6 +20,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller"
+	"github.com/kdefer/kdefer/controller/logsendpoint"
 	kt "github.com/kdefer/kdefer/controller/testing"
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -102,14 +103,14 @@ func TestLogsEndpointEnvtest(t *testing.T) {
 	}
 	var asked []string
 	var logErr error // what pods/log answers, as the apiserver relays the kubelet's
-	ls := &controller.LogServer{Client: h.c, Reader: h.c, Log: logr.Discard(),
+	ls := &logsendpoint.Server{Client: h.c, Reader: h.c, Log: logr.Discard(), Source: logsendpoint.APISource{
 		Logs: func(_ context.Context, ns, name string, o *corev1.PodLogOptions) (io.ReadCloser, error) {
 			asked = append(asked, fmt.Sprintf("%s/%s/%s/%v", ns, name, o.Container, o.Previous))
 			if logErr != nil {
 				return nil, logErr
 			}
 			return io.NopCloser(strings.NewReader("log of " + o.Container + "\n")), nil
-		}}
+		}}}
 	get := func(tok, query string) (int, string) {
 		t.Helper()
 		req := httptest.NewRequest(http.MethodGet, stagecontract.LogsPath+query, nil)

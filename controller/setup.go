@@ -155,7 +155,7 @@ func pvcToPod(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 func deferPodToRun(_ context.Context, o client.Object) []reconcile.Request {
-	if name := DeferPodRun(o); name != "" {
+	if name := v1.DeferPodRun(o); name != "" {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	}
 	return nil
@@ -247,7 +247,7 @@ func pdbDeleted(c client.Client) handler.EventHandler {
 			}
 			for i := range pods.Items {
 				p := &pods.Items[i]
-				run := DeferPodRun(p)
+				run := v1.DeferPodRun(p)
 				if podTerminal(p) || p.DeletionTimestamp != nil || run == "" {
 					continue
 				}

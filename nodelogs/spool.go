@@ -115,8 +115,9 @@ func (s *Spool) Forget(uid types.UID) error {
 }
 
 // Prune removes the spool directories of the pods keep refuses, those
-// whose runs were released while the agent was down. keep is called
-// without the spool's lock held.
+// whose runs were released while the agent was down, but never one of a
+// pod it keeps (Keep may run after the caller's keep was made). keep is
+// called without the spool's lock held.
 func (s *Spool) Prune(keep func(types.UID) bool) error {
 	entries, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -128,7 +129,7 @@ func (s *Spool) Prune(keep func(types.UID) bool) error {
 	var errs []error
 	for _, e := range entries {
 		uid := types.UID(e.Name())
-		if keep(uid) {
+		if keep(uid) || s.keeps(uid) {
 			continue
 		}
 		if err := s.Forget(uid); err != nil {
@@ -136,6 +137,12 @@ func (s *Spool) Prune(keep func(types.UID) bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (s *Spool) keeps(uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pods[uid] != nil
 }
 
 // Usage counts the pods with a spool directory and the bytes of their

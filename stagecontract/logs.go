@@ -1,11 +1,12 @@
 package stagecontract
 
 // The logs contract: how the stage-out step gets the ended pod's container
-// logs from kdefer-controller, which may read pods/log, and where it stores
-// them. The step runs with no API access; the controller serves the logs
-// over HTTPS to the step's projected service-account token, whose audience
-// (LogsAudience) makes it useless against the apiserver, and only the logs
-// of the pod whose run the token's pod serves.
+// logs, and where it stores them. The step runs with no API access; the
+// logs endpoint (kdefer's node agent on the step's own node, or
+// kdefer-controller where no agent runs) serves them over HTTPS to the
+// step's projected service-account token, whose audience (LogsAudience)
+// makes it useless against the apiserver, and only the logs of the pod
+// whose run the token's pod serves.
 
 // LogsDir is the directory, under a stage-out prefix, of the archived logs:
 // LogsDir + POD + "/" + CONTAINER + ".log" (".previous.log" for the attempt
@@ -15,9 +16,15 @@ const LogsDir = ReservedDir + "logs/"
 // Environment of a stage-out step that archives logs. All three are set, or
 // none.
 const (
-	// EnvLogsURL is the controller's logs endpoint (LogsPath on its webhook
-	// server).
+	// EnvLogsURL is the logs endpoint (LogsPath): the node agent's, on
+	// the node's address (EnvNodeIP), or the controller's.
 	EnvLogsURL = "KDEFER_LOGS_URL"
+	// EnvLogsServerName, when set, is the name the endpoint's certificate
+	// must have (the node agent's, reached by the node's address).
+	EnvLogsServerName = "KDEFER_LOGS_SERVER_NAME"
+	// EnvNodeIP is the node's address (status.hostIP), which EnvLogsURL
+	// may name as $(KDEFER_NODE_IP).
+	EnvNodeIP = "KDEFER_NODE_IP"
 	// EnvLogsCA is the PEM bundle that signs the endpoint's certificate.
 	EnvLogsCA = "KDEFER_LOGS_CA"
 	// EnvLogsMaxBytes caps each archived log; a longer log keeps its tail.

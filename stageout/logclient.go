@@ -17,9 +17,10 @@ import (
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
-// LogClient is the LogSource of a stage-out step in a defer pod:
-// kdefer-controller's logs endpoint (stagecontract.LogsPath), which it asks
-// with its projected service-account token.
+// LogClient is the LogSource of a stage-out step in a defer pod: the logs
+// endpoint (stagecontract.LogsPath: kdefer's node agent on the same node,
+// or kdefer-controller), which it asks with its projected service-account
+// token.
 type LogClient struct {
 	// URL of the endpoint.
 	URL string
@@ -33,8 +34,8 @@ type LogClient struct {
 }
 
 // NewLogClient returns a client of the endpoint at rawURL whose certificate
-// caPEM signs.
-func NewLogClient(rawURL, caPEM, tokenPath string) (*LogClient, error) {
+// caPEM signs, for serverName ("": the URL's host).
+func NewLogClient(rawURL, caPEM, serverName, tokenPath string) (*LogClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("%s: want an https:// URL, got %q", stagecontract.EnvLogsURL, rawURL)
@@ -43,7 +44,7 @@ func NewLogClient(rawURL, caPEM, tokenPath string) (*LogClient, error) {
 	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
 		return nil, fmt.Errorf("%s: no PEM certificate", stagecontract.EnvLogsCA)
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 		ResponseHeaderTimeout: 30 * time.Second, Proxy: nil}
 	return &LogClient{URL: rawURL, TokenPath: tokenPath, Client: &http.Client{Transport: tr}}, nil
 }
@@ -58,7 +59,8 @@ func LogClientFromEnv(env func(string) (string, bool), steps bool) (Logs, error)
 		return Logs{}, nil
 	}
 	ca, _ := env(stagecontract.EnvLogsCA)
-	c, err := NewLogClient(u, ca, stagecontract.LogsTokenPath)
+	name, _ := env(stagecontract.EnvLogsServerName)
+	c, err := NewLogClient(u, ca, name, stagecontract.LogsTokenPath)
 	if err != nil {
 		return Logs{}, err
 	}

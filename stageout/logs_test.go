@@ -78,7 +78,7 @@ func TestStageOutArchivesLogs(t *testing.T) {
 		{Container: "init"}, {Container: "main"}, {Container: "main", Previous: true}, {Container: "gone"}}}
 	url, ca := logEndpoint(t, "tok-123", idx, map[string]string{
 		"init": "init ok\n", "main": long, "main previous": "first attempt died\n"})
-	lc, err := stageout.NewLogClient(url, ca, tokenFile)
+	lc, err := stageout.NewLogClient(url, ca, "", tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestStageOutLogsUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	url, ca := logEndpoint(t, "tok-123", stagecontract.LogsIndex{Pod: "p", Logs: []stagecontract.LogRef{{Container: "main"}}}, map[string]string{"main": "secret\n"})
-	lc, err := stageout.NewLogClient(url, ca, tokenFile)
+	lc, err := stageout.NewLogClient(url, ca, "", tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestStageOutLogsUnreachable(t *testing.T) {
 
 // A name that is not a Kubernetes name never becomes a key.
 func TestLogClientRefusesBadURL(t *testing.T) {
-	if _, err := stageout.NewLogClient("http://kdefer-webhook/x", "", "/t"); err == nil {
+	if _, err := stageout.NewLogClient("http://kdefer-webhook/x", "", "", "/t"); err == nil {
 		t.Error("plain http accepted: the token would cross the network in the clear")
 	}
 }
@@ -263,7 +263,7 @@ func TestArchiveStepLogs(t *testing.T) {
 	idx := stagecontract.LogsIndex{Pod: "job-abc-defer", Logs: []stagecontract.LogRef{
 		{Container: "flaky"}, {Container: "flaky", Previous: true}, {Container: "gone"}}}
 	url, ca := logEndpoint(t, "tok", idx, map[string]string{"flaky": "attempt 3\n", "flaky previous": "attempt 2\n"})
-	lc, err := stageout.NewLogClient(url, ca, tokenFile)
+	lc, err := stageout.NewLogClient(url, ca, "", tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}

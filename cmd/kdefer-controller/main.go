@@ -15,8 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/zerologr"
 	"github.com/rs/zerolog"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -33,6 +35,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == "node-agent" {
+		return runNodeAgent(ctx, args[1:])
+	}
 	fs := flag.NewFlagSet("kdefer-controller", flag.ContinueOnError)
 	var (
 		mo          app.ManagerOptions
@@ -62,6 +67,9 @@ func run(ctx context.Context, args []string) int {
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	mo.Webhook.AddFlags(fs)
 	fs.StringVar(&mo.LogsURL, "logs-url", "", "URL defer pods fetch an ended pod's logs from (default https://WEBHOOK-SERVICE.NAMESPACE.svc"+stagecontract.LogsPath+")")
+	fs.IntVar(&mo.NodeAgentPort, "node-agent-port", 0, "port of kdefer's node agent (kdefer-controller node-agent) on every node: defer pods fetch the ended pod's logs from it (0: from this controller, through the apiserver)")
+	fs.StringVar(&mo.NodeAgentNamespace, "node-agent-namespace", "kdefer-node", "namespace of the node agents and their certificate Secret "+app.NodeAgentCertSecret)
+	fs.StringVar(&mo.NodeAgentCertDir, "node-agent-cert-dir", "", "directory the node agents' certificate is written to (default $TMPDIR/kdefer-node-certs)")
 	fs.StringVar(&mo.LogsBindAddress, "logs-bind-address", "", "host:port of a listener of its own for the logs endpoint, with the webhook's certificate (default: served on the webhook server)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -74,27 +82,9 @@ func run(ctx context.Context, args []string) int {
 		fmt.Println(version.Version)
 		return 0
 	}
-	lvl, err := zerolog.ParseLevel(logLevel)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "--log-level: %v\n", err)
-		return 2
-	}
-	var out = zerolog.New(os.Stderr)
-	if logFormat == "console" {
-		out = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
-	}
-	zl := out.Level(lvl).With().Timestamp().Logger()
-	zerologr.VerbosityFieldName = "v"
-	log := zerologr.New(&zl)
-	ctrl.SetLogger(log)
-
-	if kubeconfig != "" {
-		os.Setenv("KUBECONFIG", kubeconfig)
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		log.Error(err, "loading kubeconfig")
-		return 1
+	log, cfg, code := setup(logLevel, logFormat, kubeconfig)
+	if code != 0 {
+		return code
 	}
 	app.ClientLimits(cfg, qps, burst)
 	cfg.UserAgent = "kdefer-controller/" + version.Version
@@ -107,6 +97,65 @@ func run(ctx context.Context, args []string) int {
 	log.Info("starting manager", "version", version.Version, "stageImage", mo.DeferPod.StageImage, "leaderElection", mo.LeaderElection)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running manager")
+		return 1
+	}
+	return 0
+}
+
+// setup makes the logger (also controller-runtime's) and reads the
+// kubeconfig; a non-zero code is the exit code, after it said why.
+func setup(logLevel, logFormat, kubeconfig string) (logr.Logger, *rest.Config, int) {
+	lvl, err := zerolog.ParseLevel(logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "--log-level: %v\n", err)
+		return logr.Logger{}, nil, 2
+	}
+	var out = zerolog.New(os.Stderr)
+	if logFormat == "console" {
+		out = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
+	}
+	zl := out.Level(lvl).With().Timestamp().Logger()
+	zerologr.VerbosityFieldName = "v"
+	log := zerologr.New(&zl)
+	ctrl.SetLogger(log)
+	if kubeconfig != "" {
+		os.Setenv("KUBECONFIG", kubeconfig)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "load the kubeconfig")
+		return log, nil, 1
+	}
+	return log, cfg, 0
+}
+
+// runNodeAgent runs kdefer's node agent (app.RunNodeAgent).
+func runNodeAgent(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kdefer-controller node-agent", flag.ContinueOnError)
+	var o app.NodeAgentOptions
+	var logLevel, logFormat, kubeconfig string
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.BindAddress, "bind-address", "", "host:port of the logs endpoint, on the node's address")
+	fs.StringVar(&o.CertDir, "cert-dir", "/var/run/kdefer/node-cert", "directory of the serving tls.crt and tls.key (Secret "+app.NodeAgentCertSecret+")")
+	fs.StringVar(&o.PodLogsDir, "pod-logs-dir", "/host/var/log/pods", "the kubelet's podLogsDir, as mounted")
+	fs.StringVar(&o.SpoolDir, "spool-dir", "/host/var/log/kdefer", "where kept logs are hard-linked: on the same mount as --pod-logs-dir")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	log, cfg, code := setup(logLevel, logFormat, kubeconfig)
+	if code != 0 {
+		return code
+	}
+	cfg.UserAgent = "kdefer-node-agent/" + version.Version
+	o.Log = log
+	if err := app.RunNodeAgent(ctx, cfg, o); err != nil {
+		log.Error(err, "run the node agent")
 		return 1
 	}
 	return 0

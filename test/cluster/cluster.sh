@@ -74,6 +74,9 @@ DEFAULT_NODE_SELECTOR=${KDEFER_CLUSTER_DEFAULT_NODE_SELECTOR:-}
 # node's containerd pulls from over plain HTTP; see registry_hosts.
 REGISTRY=${KDEFER_REGISTRY:-$HOST_IP:5000}
 
+# Every node's pod logs and the node agents' spools (lib/nodes.sh POD_LOGS):
+# a fixed host path, since deploy/overlays/local mounts it into the agents.
+HOST_LOG_DIR=/var/log/kdefer-cluster
 PKI="$DIR/pki"
 RUN="$DIR/run"
 LOGS="$DIR/logs"

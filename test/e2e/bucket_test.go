@@ -79,7 +79,7 @@ func (s *scenario) checkOutputs(job, pod string, w workload, trigger v1.Trigger,
 		}
 	}
 	for k := range objs {
-		if !want[k] && !strings.HasPrefix(k, stagecontract.LogsDir) { // logs: checkManifest
+		if !want[k] && !strings.HasPrefix(k, stagecontract.LogsDir) && !strings.HasPrefix(k, stdoutMirrorDir) { // logs and their mirrors: checkManifest
 			unexpected = append(unexpected, k)
 		}
 	}
@@ -119,7 +119,7 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 			delete(have, k)
 		}
 		for k := range have {
-			if !strings.HasPrefix(k, stagecontract.LogsDir) { // checked below
+			if !strings.HasPrefix(k, stagecontract.LogsDir) && !strings.HasPrefix(k, stdoutMirrorDir) { // checked below
 				s.t.Errorf("s3://%s/%s%s unexpected", bucket, prefix, k)
 			}
 		}
@@ -140,18 +140,23 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 		listed[f.Key] = f.Size
 	}
 	// The ended pod's logs (stageOut.logs, on by default): listed apart
-	// from the outputs, under _kdefer/logs/POD/; each log the step could
-	// not archive is a warning naming the container and why (a
-	// kubelet-evicted pod's containers, and their logs, are usually
-	// removed before its defer pod asks). A pod with neither is a bug.
-	if len(m.Logs) == 0 && len(m.LogWarnings) == 0 {
-		s.t.Errorf("manifest lists no logs of pod %s and no warning saying why", m.Identity["pod"])
-	}
+	// from the outputs, under _kdefer/logs/POD/, every one: the node agent
+	// keeps them from the moment the kubelet writes them, so a warning
+	// about one is a lost log, whatever ended the pod, unless the scenario
+	// says why it may be lost (logsMayBeLost).
+	pod := m.Identity["pod"]
 	for _, w := range m.LogWarnings {
-		if w.Pod != m.Identity["pod"] || w.Reason == "" {
-			s.t.Errorf("manifest log warning %+v: want pod %s and a reason", w, m.Identity["pod"])
+		if w.Pod != pod || w.Reason == "" {
+			s.t.Errorf("manifest log warning %+v: want pod %s and a reason", w, pod)
 		}
-		s.logf("log of %s container %q not archived: %s", w.Pod, w.Container, w.Reason)
+		if s.logsLost == "" || !strings.Contains(w.Reason, s.logsLost) {
+			s.t.Errorf("log of pod %s container %q (previous %v) not archived: %s", w.Pod, w.Container, w.Previous, w.Reason)
+			continue
+		}
+		s.logf("log of %s container %q not archived, as the scenario allows (%s): %s", w.Pod, w.Container, s.logsLost, w.Reason)
+	}
+	if len(m.LogWarnings) == 0 {
+		s.checkMirroredLogs(objs, pod)
 	}
 	// The ended pod's under _kdefer/logs/POD/, the stage step's own under
 	// _kdefer/logs/POD-defer/.
@@ -213,29 +218,39 @@ func (s *scenario) stepLogs(objs map[string]object, deferPod string) *stagecontr
 	return &l
 }
 
-// logOrWarning checks that the manifest among objs archived the log of
-// pod's container, or names it in a warning with the reason; it returns
-// the warning's reason ("" when the log is there).
-func (s *scenario) logOrWarning(objs map[string]object, pod, container string) string {
+// checkMirroredLogs compares each archived log of pod with what its
+// container mirrored into the volume (workload.script's say: stdout/C.txt),
+// byte for byte: the previous attempt's log and the last one's together
+// are the mirror. say writes the line to stdout first, so a container
+// killed between its two writes has one more line in its log than in the
+// mirror; that line, and nothing else, may differ. A pod whose container
+// mirrored nothing (its script is not workload.script, or its trigger
+// rules left stdout/ out) is not compared.
+func (s *scenario) checkMirroredLogs(objs map[string]object, pod string) {
 	s.t.Helper()
-	m, err := storage.ParseManifest(objs[stagecontract.ManifestKey].data)
-	if err != nil {
-		s.t.Fatalf("manifest: %v", err)
-	}
-	key := stagecontract.LogKey(pod, stagecontract.LogRef{Container: container})
-	for _, l := range m.Logs {
-		if l.Key == key {
-			return ""
+	for k, mirror := range objs {
+		container, ok := strings.CutSuffix(strings.TrimPrefix(k, stdoutMirrorDir), ".txt")
+		if !strings.HasPrefix(k, stdoutMirrorDir) || !ok {
+			continue
 		}
-	}
-	for _, w := range m.LogWarnings {
-		if w.Pod == pod && w.Container == container && !w.Previous && w.Reason != "" {
-			return w.Reason
+		cur, ok := objs[stagecontract.LogKey(pod, stagecontract.LogRef{Container: container})]
+		if !ok {
+			s.t.Errorf("container %s of pod %s printed %d bytes, and its log is not in the bucket", container, pod, len(mirror.data))
+			continue
 		}
+		log := append(bytes.Clone(objs[stagecontract.LogKey(pod, stagecontract.LogRef{Container: container, Previous: true})].data), cur.data...)
+		extra, prefix := bytes.CutPrefix(log, mirror.data)
+		if !prefix || bytes.Count(extra, []byte("\n")) > 1 || (len(extra) > 0 && !bytes.HasSuffix(extra, []byte("\n"))) {
+			s.t.Errorf("archived log of %s/%s (%d bytes, ends %q) is not what it printed (%d bytes, ends %q)",
+				pod, container, len(log), tail(log), len(mirror.data), tail(mirror.data))
+			continue
+		}
+		s.logf("log of %s/%s: the %d bytes it printed, byte for byte (%d more in the log: a line written as it was killed)", pod, container, len(mirror.data), len(extra))
 	}
-	s.t.Errorf("manifest neither lists %s nor warns why it is missing (logs %+v, warnings %+v)", key, m.Logs, m.LogWarnings)
-	return ""
 }
+
+// tail is the end of a log, for a message.
+func tail(b []byte) []byte { return b[max(0, len(b)-120):] }
 
 func sortStrings(s []string) { sort.Strings(s) }
 

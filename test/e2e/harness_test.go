@@ -53,6 +53,10 @@ type scenario struct {
 	pvMu sync.Mutex
 	// timerBound: see the option.
 	timerBound bool
+	// logsLost, when set, says why the ended pods' logs may be missing
+	// (logsMayBeLost); otherwise checkManifest fails on any warning about
+	// them.
+	logsLost string
 }
 
 // scenarioOption changes what newScenario sets up.
@@ -61,6 +65,13 @@ type scenarioOption func(*scenario)
 // withS3 has the scenario's Jobs stage to the S3 server at addr instead of
 // the shared MinIO.
 func withS3(addr string) scenarioOption { return func(s *scenario) { s.s3 = addr } }
+
+// logsMayBeLost lets the scenario's ended pods' logs be missing, with the
+// reason (e.g. the node and its disk are gone): checkManifest then accepts a
+// log warning whose reason contains because, and nothing else.
+func logsMayBeLost(because string) scenarioOption {
+	return func(s *scenario) { s.logsLost = because }
+}
 
 // onNode keeps the scenario's pods on node instead of the first node
 // (reserveNode gives a scenario a node of its own).

@@ -98,7 +98,8 @@ stop_minio() { stop_daemon "$1" minio 20; }
 
 kdefer_ready() {
 	kubectl -n kdefer-system rollout status deploy/kdefer-controller --timeout=5s &&
-		kubectl get mutatingwebhookconfiguration kdefer -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | grep -q .
+		kubectl get mutatingwebhookconfiguration kdefer -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | grep -q . &&
+		kubectl -n kdefer-node rollout status ds/kdefer-node --timeout=5s
 }
 
 # deploy_kdefer: kdefer from deploy/overlays/local, waiting until its webhooks answer.
@@ -107,6 +108,7 @@ deploy_kdefer() {
 	kubectl apply -k "$ROOT/deploy/overlays/local" >/dev/null
 	# A new image with the same tag is not picked up by an unchanged pod template.
 	kubectl -n kdefer-system rollout restart deploy/kdefer-controller >/dev/null
+	kubectl -n kdefer-node rollout restart ds/kdefer-node >/dev/null
 	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {
 		kubectl -n kdefer-system get pods -o wide >&2
 		kubectl -n kdefer-system logs deploy/kdefer-controller --tail=40 >&2 || true
@@ -189,7 +191,9 @@ deploy_kdefer_helm() {
 	"$dir/bin/helminstall" -n kdefer-system -f deploy/helm/local-values.yaml "$@" $sets >&2
 	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {
 		kubectl -n kdefer-system get pods -o wide >&2
+		kubectl -n kdefer-node get pods -o wide >&2
 		kubectl -n kdefer-system describe pods >&2 || true
+		kubectl -n kdefer-node describe pods >&2 || true
 		kubectl -n kdefer-system logs deploy/kdefer-controller --tail=40 >&2 || true
 		return 1
 	}

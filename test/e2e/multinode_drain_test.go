@@ -26,7 +26,7 @@ import (
 func (s *scenario) drainNode(node string) *bg {
 	s.t.Helper()
 	s.t.Cleanup(func() { _, _ = kubectl(context.Background(), "uncordon", node) })
-	return kubectlBG(s.ctx, "drain", node, "--delete-emptydir-data", "--timeout=180s")
+	return kubectlBG(s.ctx, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
 }
 
 // waitMains waits for n pods of the scenario's Job to signal ready and

@@ -25,6 +25,11 @@ type workload struct {
 	mode        string // "exit N", "wait N" (wait for the go signal, then exit N), "hold" (until killed), "oom", "fill", "pressure KEEP SCRATCH"
 }
 
+// stdoutMirrorDir is where a workload's container mirrors what it prints
+// (CONTAINER.txt) and keeps its stderr (CONTAINER.stderr), under the work
+// volume and so under the stage-out prefix.
+const stdoutMirrorDir = "stdout/"
+
 func fileContent(i, size int) []byte {
 	line := fmt.Sprintf("kdefer-e2e file %d\n", i)
 	return bytes.Repeat([]byte(line), size/len(line)+1)[:size]
@@ -32,13 +37,23 @@ func fileContent(i, size int) []byte {
 
 func (w workload) script(sig string) string {
 	var b strings.Builder
+	// Everything the container prints goes through say, which writes
+	// the line to stdout, then to the volume's mirror of it
+	// (stdout/CONTAINER.txt), so checkManifest can compare the archived log
+	// with it byte for byte; whatever else a command prints to stderr goes
+	// to the volume alone.
 	fmt.Fprintf(&b, `trap 'exit 143' TERM
 set -e
-mkdir -p /kdefer/out
-i=0
+mkdir -p /kdefer/out /kdefer/%[1]s
+exec 2>>/kdefer/%[1]smain.stderr
+say() { echo "$*"; echo "$*" >>/kdefer/%[1]smain.txt; }
+say "pod $HOSTNAME starts"
+`, stdoutMirrorDir)
+	fmt.Fprintf(&b, `i=0
 while [ $i -lt %d ]; do yes "kdefer-e2e file $i" | head -c %d > /kdefer/out/f$i.dat; i=$((i+1)); done
 cd /kdefer/out && sha256sum f*.dat > SHA256SUMS && cd /
 timeout 30 wget -q -O /dev/null %s/ready/$HOSTNAME
+say "outputs written"
 `, w.files, w.size, sig)
 	f := strings.Fields(w.mode)
 	switch f[0] {
@@ -47,7 +62,9 @@ timeout 30 wget -q -O /dev/null %s/ready/$HOSTNAME
 	case "wait":
 		fmt.Fprintf(&b, "timeout 600 wget -q -O /dev/null %s/go/$HOSTNAME & wait $!\nexit %s\n", sig, f[1])
 	case "hold":
-		b.WriteString("while :; do sleep 3600 & wait $!; done\n")
+		// A line every 50 ms until killed: the last is written within
+		// 100 ms of the kill, and must be in the archived log too.
+		b.WriteString("n=0; while :; do say \"tick $n\"; n=$((n+1)); sleep 0.05; done\n")
 	case "oom": // the main process itself exceeds the memory limit
 		// A string doubled by the shell itself, so the pages are touched
 		// from user space and the memory cgroup's OOM killer always fires.
@@ -62,10 +79,10 @@ timeout 30 wget -q -O /dev/null %s/ready/$HOSTNAME
 		// fallocate takes the blocks without writing them: instant, and
 		// the host pays nothing for the loop-mounted image's sparse file.
 		fmt.Fprintf(&b, `avail=$(df -Pk /kdefer | awk 'NR==2 {print $4}')
-echo "node file system: $avail KiB available; leaving %[1]s KiB in the work volume, then %[2]s KiB in /scratch"
+say "node file system: $avail KiB available; leaving %[1]s KiB in the work volume, then %[2]s KiB in /scratch"
 fallocate -l $(((avail - %[1]s) * 1024)) /kdefer/fill.bin
 fallocate -l $((%[2]s * 1024)) /scratch/fill.bin
-echo "node file system: $(df -Pk /kdefer | awk 'NR==2 {print $4}') KiB available"
+say "node file system: $(df -Pk /kdefer | awk 'NR==2 {print $4}') KiB available"
 while :; do sleep 3600 & wait $!; done
 `, f[1], f[2])
 	default:

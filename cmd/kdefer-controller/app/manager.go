@@ -33,6 +33,8 @@ import (
 
 	"github.com/kdefer/kdefer/api/scheme"
 	"github.com/kdefer/kdefer/controller"
+	"github.com/kdefer/kdefer/controller/certs"
+	"github.com/kdefer/kdefer/controller/logsendpoint"
 	"github.com/kdefer/kdefer/controller/webhook"
 	"github.com/kdefer/kdefer/stagecontract"
 )
@@ -65,7 +67,29 @@ type ManagerOptions struct {
 	// the webhook server: for a manager whose webhook server pods cannot
 	// reach (the local cluster's, on the host's loopback).
 	LogsBindAddress string
+	// NodeAgentPort, when set, is the port of kdefer's node agent on every
+	// node (kdefer-controller node-agent): defer pods fetch the ended pod's
+	// logs there, from its node, instead of from the controller's
+	// endpoint, which reads them through the apiserver and loses them to
+	// the kubelet when the pod was deleted or evicted.
+	NodeAgentPort int
+	// NodeAgentCertDir is where the controller writes the node agents'
+	// certificate (Secret NodeAgentCertSecret), whose ca.crt defer pods
+	// trust.
+	NodeAgentCertDir string
+	// NodeAgentNamespace is the node agents' (default kdefer-node), where
+	// their certificate Secret is.
+	NodeAgentNamespace string
 }
+
+// NodeAgentCertSecret holds the node agents' serving certificate, made by
+// the controller with a CA of its own (the agents never hold the webhook's
+// key).
+const NodeAgentCertSecret = "kdefer-node-cert"
+
+// NodeAgentService names the node agents' certificate: they are reached
+// at node addresses, so the certificate names this and clients check it.
+const NodeAgentService = "kdefer-node"
 
 // LeaderElectionID is the Lease kdefer's replicas elect a leader with.
 const LeaderElectionID = "kdefer-controller.kdefer.io"
@@ -176,9 +200,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 	return mgr, nil
 }
 
-// setupLogs serves the logs endpoint (on the webhook server, or on
-// mo.LogsBindAddress) and returns where defer pods reach it.
+// setupLogs returns where defer pods reach the logs endpoint: the node
+// agent on their node when one runs (mo.NodeAgentPort), else the
+// controller's own, which it serves (on the webhook server, or on
+// mo.LogsBindAddress).
 func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controller.LogsEndpoint, error) {
+	if mo.NodeAgentPort != 0 {
+		return setupNodeAgentLogs(mgr, mo)
+	}
 	ls, err := newLogServer(cfg, mgr)
 	if err != nil {
 		return controller.LogsEndpoint{}, err
@@ -201,25 +230,57 @@ func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controlle
 	if url == "" {
 		url = "https://" + host + stagecontract.LogsPath
 	}
-	return controller.LogsEndpoint{URL: url, CA: func() []byte {
-		ca, err := os.ReadFile(caFile)
+	return controller.LogsEndpoint{URL: url, CA: readCA(caFile)}, nil
+}
+
+// setupNodeAgentLogs points defer pods at the node agent on their node
+// and, in self-signed mode, keeps the agents' certificate current.
+func setupNodeAgentLogs(mgr ctrl.Manager, mo ManagerOptions) (controller.LogsEndpoint, error) {
+	ns := mo.NodeAgentNamespace
+	if ns == "" {
+		ns = "kdefer-node"
+	}
+	dir := mo.NodeAgentCertDir
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "kdefer-node-certs")
+	}
+	// kdefer's own CA in either certificate mode: a certificate for a
+	// name no Service has, checked by kdefer's stage steps only.
+	err := certs.Setup(mgr, certs.Options{Namespace: ns, SecretName: NodeAgentCertSecret, ServiceName: NodeAgentService,
+		CertDir: dir, MutatingWebhooks: []string{}, ValidatingWebhooks: []string{}})
+	if err != nil {
+		return controller.LogsEndpoint{}, fmt.Errorf("set up the node agents' certificate: %w", err)
+	}
+	url := mo.LogsURL
+	if url == "" {
+		url = controller.NodeAgentURL(mo.NodeAgentPort)
+	}
+	return controller.LogsEndpoint{URL: url, ServerName: NodeAgentService + "." + ns + ".svc",
+		CA: readCA(filepath.Join(dir, certs.CACertKey))}, nil
+}
+
+// readCA reads the logs endpoint's CA when a defer pod is built, so a
+// rotated CA reaches new pods.
+func readCA(file string) func() []byte {
+	return func() []byte {
+		ca, err := os.ReadFile(file)
 		if err != nil {
 			ctrl.Log.WithName("logs").Error(err, "read the logs endpoint's CA: defer pods archive no logs")
 		}
 		return ca
-	}}, nil
+	}
 }
 
 // newLogServer is the logs endpoint: TokenReviews with the manager's
 // client, pods and runs read uncached, logs from a clientset (the
 // controller-runtime client cannot stream a subresource).
-func newLogServer(cfg *rest.Config, mgr ctrl.Manager) (*controller.LogServer, error) {
+func newLogServer(cfg *rest.Config, mgr ctrl.Manager) (*logsendpoint.Server, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("make the logs endpoint's clientset: %w", err)
 	}
-	return &controller.LogServer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: ctrl.Log.WithName("logs"),
-		Logs: func(ctx context.Context, ns, pod string, o *corev1.PodLogOptions) (io.ReadCloser, error) {
+	return &logsendpoint.Server{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: ctrl.Log.WithName("logs"),
+		Source: logsendpoint.APISource{Logs: func(ctx context.Context, ns, pod string, o *corev1.PodLogOptions) (io.ReadCloser, error) {
 			return cs.CoreV1().Pods(ns).GetLogs(pod, o).Stream(ctx)
-		}}, nil
+		}}}, nil
 }

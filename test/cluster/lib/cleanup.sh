@@ -119,11 +119,12 @@ cleanup() {
 	rm -rf "$DIR/etcd" "$RUN" "$DIR/node-count" "$DIR/shared" "$DIR/binaries"
 	for i in $nodes; do
 		node_ctx "$i"
-		rm -rf "$NDIR/kubelet" "$NDIR/pod-logs" "$NDIR/pv" "$NDIR/containerd/state" "$NDIR/cni/ipam" "$NDIR/run"
+		rm -rf "$NDIR/kubelet" "$NDIR/pod-logs" "$HOST_LOG_DIR/$NODE" "$NDIR/pv" "$NDIR/containerd/state" "$NDIR/cni/ipam" "$NDIR/run"
 		# The node's file system: unmounted above (its loop device with it).
 		if ! mountpoint -q "$NODEFS" 2>/dev/null; then rm -rf "$NODEFS" "$NODEFS_IMG"; fi
 	done
 	node_ctx 1
+	rmdir "$HOST_LOG_DIR" 2>/dev/null || true
 	set -e
 }
 

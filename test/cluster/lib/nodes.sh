@@ -30,6 +30,10 @@ node_ctx() {
 	CTRD_SOCK="$NDIR/run/containerd.sock"
 	NODEFS_IMG="$NDIR/nodefs.img"
 	NODEFS="$NDIR/nodefs"
+	# The kubelet's podLogsDir, where kdefer's node agent finds it
+	# (deploy/overlays/local: hostPath $HOST_LOG_DIR, NODE/pods below it; the
+	# agent's spool is NODE/kdefer beside it, on the same file system).
+	POD_LOGS="$HOST_LOG_DIR/$NODE/pods"
 }
 
 # node_index NAME: prints I for a node name, fails for anything else.
@@ -63,7 +67,7 @@ render() { # TEMPLATE OUT: substitutes @VAR@ placeholders for the current node
 	sed -e "s#@DIR@#$DIR#g" -e "s#@NDIR@#$NDIR#g" -e "s#@PKI@#$PKI#g" -e "s#@RUN@#$RUN#g" -e "s#@NODE@#$NODE#g" \
 		-e "s#@NODE_IP@#$NODE_IP#g" -e "s#@POD_SUBNET@#$POD_SUBNET#g" -e "s#@BRIDGE@#$BRIDGE#g" \
 		-e "s#@POD_NET@#$POD_NET#g" -e "s#@POD_GW@#$POD_GW#g" -e "s#@IS_GATEWAY@#$gw#g" -e "s#@POD_ROUTES@#$routes#g" \
-		-e "s#@HEALTHZ_ADDR@#$HEALTHZ_ADDR#g" -e "s#@SFX@#$SFX#g" \
+		-e "s#@HEALTHZ_ADDR@#$HEALTHZ_ADDR#g" -e "s#@SFX@#$SFX#g" -e "s#@POD_LOGS@#$POD_LOGS#g" \
 		-e "s#@CNI_NETWORK@#$CNI_NETWORK#g" -e "s#@PAUSE_IMAGE@#$PAUSE_IMAGE#g" \
 		-e "s#@EVICTION_HARD@#$EVICTION_HARD#g" -e "s#@CTRD_SOCK@#$CTRD_SOCK#g" \
 		"$HERE/$1" >"$2"

@@ -159,7 +159,7 @@ start_scheduler() {
 
 # launch_kubelet: the current node's kubelet (node_ctx), not waited for.
 launch_kubelet() {
-	mkdir -p "$NDIR/kubelet" "$NDIR/pod-logs"
+	mkdir -p "$NDIR/kubelet" "$POD_LOGS"
 	launch "kubelet$SFX" "$(kube_dir)/kubelet" \
 		--config="$NDIR/conf/kubelet.yaml" --kubeconfig="$NDIR/conf/kubelet.kubeconfig" \
 		--hostname-override="$NODE" --node-ip="$NODE_IP" \

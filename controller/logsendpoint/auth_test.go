@@ -1,4 +1,4 @@
-package controller_test
+package logsendpoint_test
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
+	"github.com/kdefer/kdefer/controller/logsendpoint"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -23,8 +23,8 @@ func reviewed(user string, extra map[string]authnv1.ExtraValue, aud ...string) a
 
 func TestClaimsOf(t *testing.T) {
 	bound := map[string]authnv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"r-defer"}, "authentication.kubernetes.io/pod-uid": {"u1"}}
-	c, err := controller.ClaimsOf(reviewed("system:serviceaccount:ns:default", bound, stagecontract.LogsAudience))
-	if err != nil || c != (controller.LogsClaims{Namespace: "ns", ServiceAccount: "default", PodName: "r-defer", PodUID: "u1"}) {
+	c, err := logsendpoint.ClaimsOf(reviewed("system:serviceaccount:ns:default", bound, stagecontract.LogsAudience))
+	if err != nil || c != (logsendpoint.LogsClaims{Namespace: "ns", ServiceAccount: "default", PodName: "r-defer", PodUID: "u1"}) {
 		t.Fatalf("claims = %+v, %v", c, err)
 	}
 	for name, st := range map[string]authnv1.TokenReviewStatus{
@@ -35,7 +35,7 @@ func TestClaimsOf(t *testing.T) {
 		"service account no ns":  reviewed("system:serviceaccount:default", bound, stagecontract.LogsAudience),
 		"two pod names in extra": reviewed("system:serviceaccount:ns:default", map[string]authnv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"a", "b"}, "authentication.kubernetes.io/pod-uid": {"u1"}}, stagecontract.LogsAudience),
 	} {
-		if c, err := controller.ClaimsOf(st); err == nil {
+		if c, err := logsendpoint.ClaimsOf(st); err == nil {
 			t.Errorf("%s: accepted as %+v", name, c)
 		}
 	}
@@ -43,7 +43,7 @@ func TestClaimsOf(t *testing.T) {
 
 // logsCase is a triggered run with logs on and its defer pod, as kdefer
 // makes them.
-func logsCase() (controller.LogsClaims, *corev1.Pod, *v1.DeferRun, *corev1.Pod) {
+func logsCase() (logsendpoint.LogsClaims, *corev1.Pod, *v1.DeferRun, *corev1.Pod) {
 	trig := metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	run := &v1.DeferRun{ObjectMeta: metav1.ObjectMeta{Name: "job-abc", Namespace: "ns", UID: "run-uid"},
 		Spec:   v1.DeferRunSpec{PodName: "job-abc", PodUID: "ended-uid", Policy: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/{pod}"}}},
@@ -56,56 +56,56 @@ func logsCase() (controller.LogsClaims, *corev1.Pod, *v1.DeferRun, *corev1.Pod) 
 		Spec: corev1.PodSpec{NodeName: "n1"}}
 	ended := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: run.Spec.PodName, Namespace: "ns", UID: "ended-uid"},
 		Spec: corev1.PodSpec{NodeName: "n1"}}
-	return controller.LogsClaims{Namespace: "ns", ServiceAccount: "default", PodName: pod.Name, PodUID: "defer-uid"}, pod, run, ended
+	return logsendpoint.LogsClaims{Namespace: "ns", ServiceAccount: "default", PodName: pod.Name, PodUID: "defer-uid"}, pod, run, ended
 }
 
 // Only the run's own defer pod, as kdefer made it, may read the ended
 // pod's logs.
 func TestAuthorizeLogs(t *testing.T) {
 	c, pod, run, ended := logsCase()
-	if err := controller.AuthorizeLogs(c, pod, run, ended); err != nil {
+	if err := logsendpoint.AuthorizeLogs(c, pod, run, ended); err != nil {
 		t.Fatalf("the run's defer pod refused: %v", err)
 	}
 	// The stage step asks before the run's bookkeeping has written its
 	// status (node, trigger time): the ended pod's node stands in.
 	run.Status.NodeName, run.Status.TriggeredAt = "", nil
-	if err := controller.AuthorizeLogs(c, pod, run, ended); err != nil {
+	if err := logsendpoint.AuthorizeLogs(c, pod, run, ended); err != nil {
 		t.Fatalf("the run's defer pod refused before the run's status is written: %v", err)
 	}
 	for name, tc := range map[string]struct {
-		edit func(*controller.LogsClaims, *corev1.Pod, *v1.DeferRun)
+		edit func(*logsendpoint.LogsClaims, *corev1.Pod, *v1.DeferRun)
 		want string
 	}{
-		"token of a deleted and recreated pod": {func(c *controller.LogsClaims, _ *corev1.Pod, _ *v1.DeferRun) { c.PodUID = "old" }, "gone"},
-		"token from another namespace":         {func(c *controller.LogsClaims, _ *corev1.Pod, _ *v1.DeferRun) { c.Namespace = "other" }, "gone"},
-		"another service account":              {func(c *controller.LogsClaims, _ *corev1.Pod, _ *v1.DeferRun) { c.ServiceAccount = "builder" }, "service account"},
-		"a pod that names a run it is not of": {func(_ *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) {
+		"token of a deleted and recreated pod": {func(c *logsendpoint.LogsClaims, _ *corev1.Pod, _ *v1.DeferRun) { c.PodUID = "old" }, "gone"},
+		"token from another namespace":         {func(c *logsendpoint.LogsClaims, _ *corev1.Pod, _ *v1.DeferRun) { c.Namespace = "other" }, "gone"},
+		"another service account":              {func(c *logsendpoint.LogsClaims, _ *corev1.Pod, _ *v1.DeferRun) { c.ServiceAccount = "builder" }, "service account"},
+		"a pod that names a run it is not of": {func(_ *logsendpoint.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) {
 			p.OwnerReferences = nil
 			p.Annotations[v1.AnnotationDeferRunUID] = "another-run"
 		}, "not the defer pod"},
-		"a tenant's pod named like the defer pod but unowned": {func(_ *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) {
+		"a tenant's pod named like the defer pod but unowned": {func(_ *logsendpoint.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) {
 			p.OwnerReferences, p.Annotations = nil, nil
 		}, "not the defer pod"},
-		"the defer pod's name of another run": {func(c *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) {
+		"the defer pod's name of another run": {func(c *logsendpoint.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) {
 			p.Name, c.PodName = "other-defer", "other-defer"
 		}, "not the defer pod"},
-		"on another node": {func(_ *controller.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) { p.Spec.NodeName = "n2" }, "node"},
-		"status not written, pod on another node than the ended pod's": {func(_ *controller.LogsClaims, p *corev1.Pod, r *v1.DeferRun) {
+		"on another node": {func(_ *logsendpoint.LogsClaims, p *corev1.Pod, _ *v1.DeferRun) { p.Spec.NodeName = "n2" }, "node"},
+		"status not written, pod on another node than the ended pod's": {func(_ *logsendpoint.LogsClaims, p *corev1.Pod, r *v1.DeferRun) {
 			r.Status.NodeName, r.Status.TriggeredAt = "", nil
 			p.Spec.NodeName = "n2"
 		}, "node"},
-		"pod created before the trigger": {func(_ *controller.LogsClaims, p *corev1.Pod, r *v1.DeferRun) {
+		"pod created before the trigger": {func(_ *logsendpoint.LogsClaims, p *corev1.Pod, r *v1.DeferRun) {
 			p.CreationTimestamp = metav1.NewTime(r.Status.TriggeredAt.Add(-time.Minute))
 		}, "triggered"},
-		"logs off in the policy": {func(_ *controller.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) {
+		"logs off in the policy": {func(_ *logsendpoint.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) {
 			r.Spec.Policy.StageOut.Logs = &v1.StageOutLogs{Enabled: ptr.To(false)}
 		}, "logs"},
-		"no stage-out":                        {func(_ *controller.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) { r.Spec.Policy.StageOut = nil }, "logs"},
-		"run in another namespace than token": {func(_ *controller.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) { r.Namespace = "other" }, "namespace"},
+		"no stage-out":                        {func(_ *logsendpoint.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) { r.Spec.Policy.StageOut = nil }, "logs"},
+		"run in another namespace than token": {func(_ *logsendpoint.LogsClaims, _ *corev1.Pod, r *v1.DeferRun) { r.Namespace = "other" }, "namespace"},
 	} {
 		c, pod, run, ended := logsCase()
 		tc.edit(&c, pod, run)
-		err := controller.AuthorizeLogs(c, pod, run, ended)
+		err := logsendpoint.AuthorizeLogs(c, pod, run, ended)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want one mentioning %q", name, err, tc.want)
 		}
@@ -119,7 +119,7 @@ func TestLogsIndexOf(t *testing.T) {
 		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "setup"}}, Containers: []corev1.Container{{Name: "main"}, {Name: "side"}}},
 		Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{Name: "setup"}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "main", RestartCount: 2}, {Name: "side"}}}}
-	got := controller.LogsIndexOf(pod)
+	got := logsendpoint.LogsIndexOf(pod)
 	want := []stagecontract.LogRef{{Container: "setup"}, {Container: "main"}, {Container: "main", Previous: true}, {Container: "side"}}
 	if got.Pod != "p" || len(got.Logs) != len(want) {
 		t.Fatalf("index = %+v, want %+v", got, want)
@@ -139,7 +139,7 @@ func TestStepLogsIndexOf(t *testing.T) {
 			Containers: []corev1.Container{{Name: "after"}}},
 		Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{Name: v1.StageOutStepName, RestartCount: 1}, {Name: v1.StageLogsName}, {Name: "flaky", RestartCount: 2}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "after"}}}}
-	got := controller.StepLogsIndexOf(pod)
+	got := logsendpoint.StepLogsIndexOf(pod)
 	want := []stagecontract.LogRef{{Container: "flaky"}, {Container: "flaky", Previous: true}, {Container: "after"}}
 	if got.Pod != "r-defer" || fmt.Sprint(got.Logs) != fmt.Sprint(want) {
 		t.Errorf("index = %+v, want %+v", got, want)
@@ -153,12 +153,12 @@ func TestLogFetchError(t *testing.T) {
 	ref := stagecontract.LogRef{Container: "main"}
 	gone := apierrors.NewBadRequest("unable to retrieve container logs for containerd://abc")
 	evicted := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{Reason: "Evicted"}}
-	if err := controller.LogFetchError(evicted, ref, gone); err == nil || !strings.Contains(err.Error(), "evicted by the kubelet") ||
+	if err := logsendpoint.LogFetchError(evicted, ref, gone); err == nil || !strings.Contains(err.Error(), "evicted by the kubelet") ||
 		!strings.Contains(err.Error(), "unable to retrieve container logs") {
 		t.Errorf("evicted pod: %v, want the eviction and the kubelet's answer", err)
 	}
 	failed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
-	if err := controller.LogFetchError(failed, ref, gone); err == nil || strings.Contains(err.Error(), "evicted") ||
+	if err := logsendpoint.LogFetchError(failed, ref, gone); err == nil || strings.Contains(err.Error(), "evicted") ||
 		!strings.Contains(err.Error(), "unable to retrieve container logs") {
 		t.Errorf("failed pod: %v, want the kubelet's answer alone", err)
 	}

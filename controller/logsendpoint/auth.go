@@ -1,4 +1,4 @@
-package controller
+package logsendpoint
 
 import (
 	"fmt"
@@ -82,7 +82,7 @@ func AuthorizeLogs(c LogsClaims, deferPod *corev1.Pod, run *v1.DeferRun, ended *
 		return fmt.Errorf("the token's pod %s/%s (uid %s) is gone", c.Namespace, c.PodName, c.PodUID)
 	case run.Namespace != c.Namespace:
 		return fmt.Errorf("run %s/%s is in another namespace than the token's pod", run.Namespace, run.Name)
-	case deferPod.Name != v1.DeferPodName(run) || !IsDeferPodOf(deferPod, run):
+	case deferPod.Name != v1.DeferPodName(run) || !v1.IsDeferPodOf(deferPod, run):
 		return fmt.Errorf("pod %s is not the defer pod of run %s", deferPod.Name, run.Name)
 	case serviceAccountOf(deferPod) != c.ServiceAccount:
 		return fmt.Errorf("the token's service account %s is not pod %s's", c.ServiceAccount, deferPod.Name)

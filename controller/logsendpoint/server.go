@@ -1,0 +1,235 @@
+// Package logsendpoint is kdefer's logs endpoint (stagecontract.LogsPath):
+// it serves an ended pod's container logs to its run's defer pod, and a
+// defer pod's own defer containers' logs to its stage-logs sidecar. The
+// stage steps have no API access, and giving tenants' service accounts
+// pods/log would give it to every pod of theirs. The bearer token is a
+// projected service-account token for stagecontract.LogsAudience, so it is
+// no use against the apiserver; one TokenReview authenticates it (cached
+// for tokenCacheTTL), AuthorizeLogs decides, and a Source streams the log.
+//
+// Two processes serve it, with different sources: kdefer's node agent
+// (kdefer-controller node-agent), from the log files it keeps on its node
+// (nodelogs.Spool: the apiserver is not in the data path, and the
+// kubelet's removal of a deleted or evicted pod's containers loses
+// nothing), and kdefer-controller, where no agent runs, from GET pods/log
+// (APISource).
+package logsendpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
+)
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+
+// Source streams one container attempt's log of pod (ref.Previous: the
+// attempt before the last restart). An error the endpoint should pass on
+// with a status of its own is an *Error (NotFound).
+type Source interface {
+	Open(ctx context.Context, pod *corev1.Pod, ref stagecontract.LogRef) (io.ReadCloser, error)
+}
+
+// Server serves the endpoint.
+type Server struct {
+	// Client creates TokenReviews.
+	Client client.Client
+	// Reader reads pods and runs (an uncached reader: a run just triggered
+	// and its defer pod just created are read as the apiserver has them).
+	Reader client.Reader
+	// Source streams the logs.
+	Source Source
+	Log    logr.Logger
+	// Clock (tests); default real.
+	Clock clock.PassiveClock
+
+	mu     sync.Mutex
+	tokens map[[32]byte]cachedClaims
+}
+
+// Error is an answer other than 200, with the reason the stage step
+// records in the manifest's logWarnings.
+type Error struct {
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// NotFound is the answer for a log there is not, saying why.
+func NotFound(format string, args ...any) error {
+	return &Error{http.StatusNotFound, fmt.Sprintf(format, args...)}
+}
+
+// tokenCacheTTL bounds how long an authenticated token is trusted without
+// asking again: a stage step's requests (an index and a few logs) cost one
+// TokenReview. A token whose pod is deleted meanwhile still fails, since
+// every request reads the pod (AuthorizeLogs checks its UID).
+const tokenCacheTTL = time.Minute
+
+// tokenCacheMax bounds the cache; a full cache is emptied.
+const tokenCacheMax = 4096
+
+type cachedClaims struct {
+	claims  LogsClaims
+	expires time.Time
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "GET only", http.StatusMethodNotAllowed)
+		return
+	}
+	err := s.serve(w, r)
+	var he *Error
+	switch {
+	case err == nil:
+	case errors.As(err, &he):
+		s.Log.V(1).Info("refuse a logs request", "code", he.Code, "reason", he.Msg)
+		http.Error(w, he.Msg, he.Code)
+	default:
+		s.Log.Error(err, "serve logs")
+		http.Error(w, err.Error(), http.StatusBadGateway)
+	}
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return &Error{http.StatusUnauthorized, "a bearer token is required"}
+	}
+	claims, err := s.authenticate(ctx, token)
+	if err != nil {
+		return err
+	}
+	ended, deferPod, err := s.authorize(ctx, claims)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	// The ended pod's logs, or (for the stage-logs sidecar) the defer
+	// pod's own defer containers'.
+	of, idx := ended, LogsIndexOf(ended)
+	if q.Get(stagecontract.LogsStepsParam) == "true" {
+		of, idx = deferPod, StepLogsIndexOf(deferPod)
+	}
+	if q.Get("container") == "" {
+		w.Header().Set("Content-Type", "application/json")
+		return json.NewEncoder(w).Encode(idx)
+	}
+	ref := stagecontract.LogRef{Container: q.Get("container"), Previous: q.Get("previous") == "true"}
+	if !containsRef(idx.Logs, ref) {
+		return NotFound("pod %s has no log %+v", of.Name, ref)
+	}
+	rc, err := s.Source.Open(ctx, of, ref)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if _, err := io.Copy(w, rc); err != nil {
+		// The status line is sent: the client sees a short body.
+		s.Log.Info("stop streaming a log", "pod", of.Name, "container", ref.Container, "error", err.Error())
+	}
+	return nil
+}
+
+func containsRef(refs []stagecontract.LogRef, ref stagecontract.LogRef) bool {
+	for _, r := range refs {
+		if r == ref {
+			return true
+		}
+	}
+	return false
+}
+
+// authenticate returns the claims of token, asking the apiserver at most
+// once per tokenCacheTTL.
+func (s *Server) authenticate(ctx context.Context, token string) (LogsClaims, error) {
+	key := sha256.Sum256([]byte(token))
+	now := s.now()
+	s.mu.Lock()
+	c, ok := s.tokens[key]
+	s.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.claims, nil
+	}
+	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{stagecontract.LogsAudience}}}
+	if err := s.Client.Create(ctx, tr); err != nil {
+		return LogsClaims{}, fmt.Errorf("review the logs token: %w", err)
+	}
+	claims, err := ClaimsOf(tr.Status)
+	if err != nil {
+		return LogsClaims{}, &Error{http.StatusUnauthorized, "token refused"}
+	}
+	s.mu.Lock()
+	if s.tokens == nil || len(s.tokens) >= tokenCacheMax {
+		s.tokens = map[[32]byte]cachedClaims{}
+	}
+	s.tokens[key] = cachedClaims{claims: claims, expires: now.Add(tokenCacheTTL)}
+	s.mu.Unlock()
+	return claims, nil
+}
+
+// authorize returns the ended pod whose logs the bearer of claims may
+// read, and the bearer's defer pod.
+func (s *Server) authorize(ctx context.Context, c LogsClaims) (*corev1.Pod, *corev1.Pod, error) {
+	forbidden := func(format string, args ...any) error {
+		return &Error{http.StatusForbidden, fmt.Sprintf(format, args...)}
+	}
+	deferPod := &corev1.Pod{}
+	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.PodName}, deferPod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, forbidden("pod %s/%s is gone", c.Namespace, c.PodName)
+		}
+		return nil, nil, fmt.Errorf("get pod %s/%s: %w", c.Namespace, c.PodName, err)
+	}
+	runName := v1.DeferPodRun(deferPod)
+	if runName == "" {
+		return nil, nil, forbidden("pod %s is not a defer pod", c.PodName)
+	}
+	run := &v1.DeferRun{}
+	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: runName}, run); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, forbidden("run %s/%s is gone", c.Namespace, runName)
+		}
+		return nil, nil, fmt.Errorf("get run %s/%s: %w", c.Namespace, runName, err)
+	}
+	ended := &corev1.Pod{}
+	err := s.Reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Spec.PodName}, ended)
+	if apierrors.IsNotFound(err) || (err == nil && ended.UID != run.Spec.PodUID) {
+		return nil, nil, &Error{http.StatusGone, fmt.Sprintf("pod %s is gone, and its logs with it", run.Spec.PodName)}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("get pod %s/%s: %w", run.Namespace, run.Spec.PodName, err)
+	}
+	if err := AuthorizeLogs(c, deferPod, run, ended); err != nil {
+		return nil, nil, forbidden("%v", err)
+	}
+	return ended, deferPod, nil
+}
+
+func (s *Server) now() time.Time {
+	if s.Clock == nil {
+		return time.Now()
+	}
+	return s.Clock.Now()
+}
