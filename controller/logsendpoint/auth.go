@@ -1,6 +1,7 @@
 package logsendpoint
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -55,6 +56,11 @@ func ClaimsOf(st authnv1.TokenReviewStatus) (LogsClaims, error) {
 	return c, nil
 }
 
+// ErrOtherNode is AuthorizeLogs' refusal of a defer pod on another node
+// than the run's: a relocated run, whose pod's node was lost, and its logs
+// with it.
+var ErrOtherNode = errors.New("the logs are on another node")
+
 // AuthorizeLogs says whether the bearer of claims may read the logs of
 // run's ended pod: only run's own defer pod may, while it exists (deferPod
 // is the pod the token is bound to, as the apiserver has it now, and run
@@ -87,7 +93,7 @@ func AuthorizeLogs(c LogsClaims, deferPod *corev1.Pod, run *v1.DeferRun, ended *
 	case serviceAccountOf(deferPod) != c.ServiceAccount:
 		return fmt.Errorf("the token's service account %s is not pod %s's", c.ServiceAccount, deferPod.Name)
 	case node == "" || deferPod.Spec.NodeName != node:
-		return fmt.Errorf("pod %s is not on run %s's node %q", deferPod.Name, run.Name, node)
+		return fmt.Errorf("pod %s is not on run %s's node %q: %w", deferPod.Name, run.Name, node, ErrOtherNode)
 	case run.Status.TriggeredAt != nil && deferPod.CreationTimestamp.Time.Before(run.Status.TriggeredAt.Time):
 		return fmt.Errorf("pod %s was created before run %s was triggered", deferPod.Name, run.Name)
 	case !run.Spec.Policy.StageOut.LogsEnabled():

@@ -222,6 +222,11 @@ func (s *Server) authorize(ctx context.Context, c LogsClaims) (*corev1.Pod, *cor
 		return nil, nil, fmt.Errorf("get pod %s/%s: %w", run.Namespace, run.Spec.PodName, err)
 	}
 	if err := AuthorizeLogs(c, deferPod, run, ended); err != nil {
+		if errors.Is(err, ErrOtherNode) {
+			// A relocated run (its node lost): refused all the same, but
+			// with the reason the manifest's logWarnings should give.
+			return nil, nil, &Error{http.StatusGone, fmt.Sprintf("%v: pod %s ran on node %s, and its logs stayed there", err, ended.Name, ended.Spec.NodeName)}
+		}
 		return nil, nil, forbidden("%v", err)
 	}
 	return ended, deferPod, nil

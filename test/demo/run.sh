@@ -42,6 +42,7 @@ eval "$("$CLUSTER" env)"
 export KUBECONFIG
 build_images
 go build -o "$STATE/s3" ./test/demo/s3
+go build -o "$STATE/kdefer" ./cmd/kdefer
 s3() { "$STATE/s3" -endpoint "$E2E_MINIO_ADDR" "$@"; }
 
 start_minio "$STATE"
@@ -97,6 +98,16 @@ echo
 echo "# the simulation's log, as uploaded"
 s3 cat "results/$NS/sim/$POD/out/logs/sim.log" | tail -n 4
 echo
+# The evicted pod's containers were removed with their logs as they
+# stopped; kdefer's node agent kept them, and they are in the bucket.
+echo "\$ kdefer logs -n $NS deferrun/$POD -c compute   # from the bucket, with your own credentials"
+AWS_ACCESS_KEY_ID=$E2E_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$E2E_SECRET_KEY \
+	"$STATE/kdefer" logs -n "$NS" "deferrun/$POD" -c compute | tail -n 6
+echo
+if s3 cat "results/$NS/sim/$POD/_kdefer/manifest.json" | grep -q '"logWarnings"'; then
+	log "the manifest has logWarnings: a log of $POD was not archived"
+	STATE_NOW=LogsMissing
+fi
 log "done in $((SECONDS - start))s: defer run $STATE_NOW."
 log "Look around: eval \"\$(test/cluster/cluster.sh env)\"; kubectl get deferruns -A; $STATE/s3 ls results"
 log "Remove everything: make demo-down"
