@@ -90,7 +90,7 @@ envtest-assets: tools
 ##   verify    1103 s (overlaps tools)                46 s, beside fuzz and the e2e set-up
 ##   fuzz      314 s, beside verify                   96 s, beside verify
 ##   unit      423 s (multi-node phase alongside)     266 s (multi-node phase alongside)
-##   e2e       625 s after the tools (44 scenarios)   585 s after the tools (189 after unit)
+##   e2e       625 s after the tools                  585 s after the tools (189 after unit)
 ##   total     2208 s = 36.8 min                      593 s = 9.9 min
 test:
 	hack/test.sh
