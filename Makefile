@@ -164,7 +164,7 @@ fmt:
 
 ## bench-stage: kdefer-stage against s5cmd and mc on one local server (not part of make test):
 ## BENCH_STAGE_SERVER=minio (default; writes test/bench/results.md; MinIO's own CPU and disk waits bound
-## most cells on 2 cores, docs/stage.md) or versitygw (its posix gateway, a fraction of MinIO's CPU a
+## most cells on 2 cores, test/bench/stage-runs.md) or versitygw (its posix gateway, a fraction of MinIO's CPU a
 ## request, so the clients' own differences show; writes test/bench/results-versitygw.md).
 BENCH_STAGE_SERVER ?= minio
 bench-stage:
