@@ -90,7 +90,7 @@ envtest-assets: tools
 ##   verify    1103 s (overlaps tools)                46 s, beside fuzz and the e2e set-up
 ##   fuzz      314 s, beside verify                   96 s, beside verify
 ##   unit      423 s (multi-node phase alongside)     266 s (multi-node phase alongside)
-##   e2e       625 s after the tools (44 scenarios)   585 s after the tools (189 after unit)
+##   e2e       625 s after the tools                  585 s after the tools (189 after unit)
 ##   total     2208 s = 36.8 min                      593 s = 9.9 min
 test:
 	hack/test.sh
@@ -164,7 +164,7 @@ fmt:
 
 ## bench-stage: kdefer-stage against s5cmd and mc on one local server (not part of make test):
 ## BENCH_STAGE_SERVER=minio (default; writes test/bench/results.md; MinIO's own CPU and disk waits bound
-## most cells on 2 cores, docs/stage.md) or versitygw (its posix gateway, a fraction of MinIO's CPU a
+## most cells on 2 cores, test/bench/stage-runs.md) or versitygw (its posix gateway, a fraction of MinIO's CPU a
 ## request, so the clients' own differences show; writes test/bench/results-versitygw.md).
 BENCH_STAGE_SERVER ?= minio
 bench-stage:

@@ -23,7 +23,7 @@ import (
 
 // TestWritesPerRun counts the API writes of one pod's life under kdefer with
 // a fake client, and checks the exact list: a regression guard for the
-// write budget (see README.md, "API writes per pod").
+// write budget (see docs/design.md, "API writes per pod").
 func TestWritesPerRun(t *testing.T) {
 	arm := []string{
 		"create DeferRun ns/j-x",                         // arm

@@ -13,7 +13,7 @@
 #          says why); KDEFER_SKIP_E2E=1 leaves it out.
 #
 # Each tier's wall time goes to bin/tiers.tsv and is printed as a table at
-# the end, green or red, so the budget in the README is measured, not guessed.
+# the end, green or red, so the tier budget (docs/development.md) is measured, not guessed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bin

@@ -24,7 +24,7 @@ func putBuf(b *[]byte) { bufPool.Put(b) }
 // often a few KiB, and each write of a download costs a system call and a
 // hash call per chunk, so filling the buffer first means a 1 MiB object
 // is written in 4 writes instead of one per read (the 1000 x 1 MiB
-// download: ~15% less client CPU, docs/stage.md). A local file's reads fill
+// download: ~15% less client CPU, test/bench/stage-runs.md). A local file's reads fill
 // it anyway. Neither side's ReadFrom or WriteTo is used: an *os.File's
 // would copy through a 32 KiB buffer of its own. A destination file goes
 // through FileWriter, which splits the writes again for the page cache.
@@ -76,7 +76,7 @@ const fileWriteSize = 32 << 10
 // faults in the host on first touch. On such a machine 256 KiB writes made
 // the 4 x 256 MiB download take 0.87-1.42 s with 0.56-1.63 s of system
 // CPU, 32 KiB writes 0.76-0.90 s with 0.61-0.69 s (five interleaved runs
-// each; docs/stage.md). The ~28,000 extra write calls a GB cost tens of
+// each; test/bench/stage-runs.md). The ~28,000 extra write calls a GB cost tens of
 // milliseconds.
 func FileWriter(w io.Writer) io.Writer { return fileWriter{w} }
 

@@ -47,7 +47,7 @@ type DeferPolicySpec struct {
 
 	// s3 sets S3-compatibility switches (checksum mode, addressing style,
 	// region, a CA bundle) for every s3:// URL of stageOut and stageIn; a
-	// parameter a URL sets itself wins (README "S3 settings").
+	// parameter a URL sets itself wins (docs/stage.md#s3-settings).
 	// +optional
 	S3 *S3Settings `json:"s3,omitempty"`
 

@@ -14,7 +14,7 @@ import (
 
 // S3Settings are S3-compatibility switches for the policy's s3:// stage
 // URLs. Render passes each to the stage steps as the URL parameter of the
-// same meaning (README "S3 settings"); a parameter the URL sets itself wins.
+// same meaning (docs/stage.md#s3-settings); a parameter the URL sets itself wins.
 // +kubebuilder:validation:MinProperties=1
 type S3Settings struct {
 	// checksum is how uploads are checksummed: CRC32C (the default, an

@@ -76,8 +76,8 @@ var ErrOtherNode = errors.New("the logs are on another node")
 // before it exists: until then the node is the ended pod's, where it ran. What is
 // left is a principal who may create pods in the run's namespace and wins
 // the race against kdefer's create of the defer pod's name: that run then
-// fails visibly, its defer pod refused as already existing (README,
-// "Logs").
+// fails visibly, its defer pod refused as already existing (docs/design.md,
+// "Logs outlive every pod").
 func AuthorizeLogs(c LogsClaims, deferPod *corev1.Pod, run *v1.DeferRun, ended *corev1.Pod) error {
 	node := run.Status.NodeName
 	if node == "" {

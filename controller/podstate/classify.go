@@ -11,7 +11,7 @@ import (
 )
 
 // Classification says whether a managed pod's main containers have ended and
-// why. It is computed from the API alone (see README.md, "Triggers").
+// why. It is computed from the API alone (see docs/design.md, "Triggers").
 type Classification struct {
 	// Done is true once the pod is terminal, or deleting with every regular
 	// container terminated.

@@ -13,7 +13,7 @@ import (
 
 // The kubelet and the Job controller do not run under envtest; these helpers
 // write the pod status they would, in the shapes observed on a real v1.34
-// cluster (see README.md, "Triggers", and the facts file).
+// cluster (see docs/design.md, "Triggers").
 
 // Running marks every main container running, phase Running, as the kubelet
 // reports a started pod (clienttest.SetRunning writes it).

@@ -349,7 +349,7 @@ func TestWebIdentity(t *testing.T) {
 	}
 }
 
-// The documented order (README "S3 settings"): URL parameter, AWS
+// The documented order (docs/stage.md, "S3 settings"): URL parameter, AWS
 // environment, config file profile, default.
 func TestS3SettingsOrder(t *testing.T) {
 	s3server.SetCredentials(t)

@@ -21,7 +21,7 @@ import (
 )
 
 // s3Config is what the s3:// backend connects with. Each setting comes from
-// the first source that sets it, in this order (README "S3 settings"): the
+// the first source that sets it, in this order (docs/stage.md, "S3 settings"): the
 // URL parameter (a DeferPolicy's spec.s3 is rendered into it), the standard
 // AWS environment variable, the profile (AWS_PROFILE, else "default") of the
 // shared config file (AWS_CONFIG_FILE, else ~/.aws/config), kdefer's default.

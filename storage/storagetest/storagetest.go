@@ -38,7 +38,7 @@ type Harness struct {
 	NoCRC32C bool
 	// NoPartChecksum says the store keeps no checksum of an object uploaded
 	// in parts (Azurite's block lists): the skip check cannot verify such an
-	// object, so a rerun sends it again by design (README, storage table),
+	// object, so a rerun sends it again by design (docs/stage.md, "Storage backends"),
 	// and the suites' "a rerun skips everything" checks do not apply there.
 	NoPartChecksum bool
 }

@@ -101,8 +101,8 @@ func (s *scenario) waitFinished(pod string, trigger v1.Trigger, state string, ti
 }
 
 // diskFreedWithin bounds how long after the release the defer pod and the
-// work PVC may take to go: the README promises the disk is freed "as soon as
-// the stage-out succeeded". The release deletes the PVC in the foreground;
+// work PVC may take to go: docs/design.md promises the disk is freed "as soon
+// as its stage-out succeeded". The release deletes the PVC in the foreground;
 // the garbage collector deletes the defer pod (a blocking dependent) within
 // milliseconds, the kubelet sees that through its watch and confirms a
 // terminated pod's deletion within seconds, and pvc-protection then lets the

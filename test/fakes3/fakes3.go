@@ -15,7 +15,7 @@ import (
 
 // Start serves gofakes3 (its in-memory backend) from the test
 // process and returns its address: a second S3 implementation, written
-// independently of MinIO and versitygw, with quirks of its own (README
+// independently of MinIO and versitygw, with quirks of its own (docs/stage.md,
 // "Storage backends"): it keeps no CRC32C (x-amz-checksum-* headers are
 // dropped, so skip checks fall back to the single-part ETag, an MD5), and it
 // decodes only signed aws-chunked bodies, not the unsigned trailer encoding

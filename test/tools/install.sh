@@ -88,7 +88,7 @@ export GOGC=400
 GCFLAGS=-gcflags=all=-dwarf=false
 
 # timed NAME CMD...: runs CMD and logs its wall and CPU seconds (the tier
-# budget in the README is built from these lines).
+# budget in docs/development.md is built from these lines).
 timed() {
 	local TIMEFORMAT="[tools] built $1: %R s wall, %U s user, %S s sys"
 	shift

@@ -36,7 +36,7 @@ const (
 // The peer comparison's server: MinIO by default, the store most sites run
 // on premises. Its CPU (MD5 and HighwayHash of every byte, a part file and
 // xl.meta per object) and its O_DIRECT waits bound most cells on a 2-core
-// machine whatever the client does (docs/stage.md); versitygw's posix
+// machine whatever the client does (test/bench/stage-runs.md); versitygw's posix
 // gateway costs a fraction of that, so its cells show the clients' own
 // differences.
 var peerServer = flag.String("server", serverMinIO, "S3 server for the peer comparison: minio or versitygw (its posix gateway on a local directory, in a child process)")
