@@ -99,7 +99,7 @@ stop_minio() { stop_daemon "$1" minio 20; }
 kdefer_ready() {
 	kubectl -n kdefer-system rollout status deploy/kdefer-controller --timeout=5s &&
 		kubectl get mutatingwebhookconfiguration kdefer -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | grep -q . &&
-		kubectl -n kdefer-node rollout status ds/kdefer-node --timeout=5s
+		{ ! kubectl get ds -n kdefer-node kdefer-node >/dev/null 2>&1 || kubectl -n kdefer-node rollout status ds/kdefer-node --timeout=5s; }
 }
 
 # deploy_kdefer: kdefer from deploy/overlays/local, waiting until its webhooks answer.
@@ -187,8 +187,12 @@ deploy_kdefer_helm() {
 	shift
 	sets="$(helm_image_values "$dir/pushed/kdefer-controller.pushed" image) $(helm_image_values "$dir/pushed/kdefer-stage.pushed" deferPods.image)"
 	log "deploying kdefer (helm install deploy/helm/kdefer, images from $E2E_REGISTRY)"
+	# KDEFER_E2E_HELM_ARGS: more helminstall arguments (--set K=V), e.g. to
+	# run the scenarios against kdefer without its node agent:
+	#   --set nodeAgent.enabled=false --set logs.bindAddress=10.88.0.1:9444
+	#   --set logs.url=https://10.88.0.1:9444/kdefer/v1/logs
 	# shellcheck disable=SC2086
-	"$dir/bin/helminstall" -n kdefer-system -f deploy/helm/local-values.yaml "$@" $sets >&2
+	"$dir/bin/helminstall" -n kdefer-system -f deploy/helm/local-values.yaml "$@" $sets ${KDEFER_E2E_HELM_ARGS:-} >&2
 	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {
 		kubectl -n kdefer-system get pods -o wide >&2
 		kubectl -n kdefer-node get pods -o wide >&2
