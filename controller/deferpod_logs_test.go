@@ -101,3 +101,41 @@ func TestDeferPodLogs(t *testing.T) {
 		t.Errorf("logs off: inits %v, stage env %+v", got, off.Spec.InitContainers[0].Env)
 	}
 }
+
+// With the node agent, the stage step and the stage-logs sidecar reach it
+// on their own node's address: KDEFER_NODE_IP (status.hostIP) is defined
+// before the URL that names it (Kubernetes expands $(VAR) from earlier
+// variables only), and the certificate's name is given, since an address
+// is no name the agent's certificate can have.
+func TestDeferPodLogsNodeAgent(t *testing.T) {
+	opts := DeferPodOptions{StageImage: "kdefer.io/kdefer-stage:test",
+		Logs: LogsEndpoint{URL: NodeAgentURL(9445), ServerName: "kdefer-node.kdefer-node.svc", CA: func() []byte { return []byte("CA") }}}
+	run := kt.MakeRun("p", "ns").Trigger(v1.TriggerFailed, 1).Policy(func(p *v1.DeferPolicySpec) {
+		p.DeferContainers = []corev1.Container{{Name: "notify", Image: "curl"}}
+	}).Obj()
+	pod := BuildDeferPod(run, opts)
+	for _, c := range pod.Spec.InitContainers[:2] {
+		idx := map[string]int{}
+		for i, e := range c.Env {
+			idx[e.Name] = i
+		}
+		ip, ok := idx[stagecontract.EnvNodeIP]
+		if !ok || c.Env[ip].ValueFrom == nil || c.Env[ip].ValueFrom.FieldRef == nil || c.Env[ip].ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+			t.Fatalf("%s: %s not from status.hostIP: %+v", c.Name, stagecontract.EnvNodeIP, c.Env)
+		}
+		u, ok := idx[stagecontract.EnvLogsURL]
+		if !ok || u < ip || c.Env[u].Value != "https://$(KDEFER_NODE_IP):9445"+stagecontract.LogsPath {
+			t.Errorf("%s: %s at %d (node IP at %d) = %q", c.Name, stagecontract.EnvLogsURL, u, ip, c.Env[u].Value)
+		}
+		if n, ok := idx[stagecontract.EnvLogsServerName]; !ok || c.Env[n].Value != "kdefer-node.kdefer-node.svc" {
+			t.Errorf("%s: no %s", c.Name, stagecontract.EnvLogsServerName)
+		}
+	}
+	for _, c := range pod.Spec.InitContainers[2:] {
+		for _, e := range c.Env {
+			if e.Name == stagecontract.EnvLogsURL || e.Name == stagecontract.EnvNodeIP {
+				t.Errorf("defer container %s has %s", c.Name, e.Name)
+			}
+		}
+	}
+}

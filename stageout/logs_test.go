@@ -338,3 +338,30 @@ func objectBytes(t *testing.T, u, key string) []byte {
 	}
 	return data
 }
+
+// A node agent is reached at its node's address, which its certificate
+// does not name: the client checks the name it is given instead, and a
+// certificate for another name is refused.
+func TestLogClientServerName(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	idx := stagecontract.LogsIndex{Pod: "p", Logs: []stagecontract.LogRef{{Container: "main"}}}
+	url, ca := logEndpoint(t, "tok", idx, map[string]string{"main": "x\n"})
+	// httptest's certificate names example.com (and 127.0.0.1).
+	ok, err := stageout.NewLogClient(url, ca, "example.com", tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ok.Index(context.Background()); err != nil {
+		t.Errorf("index with the certificate's name: %v", err)
+	}
+	other, err := stageout.NewLogClient(url, ca, "kdefer-node.kdefer-node.svc", tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Index(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("index with another name: %v, want a certificate error", err)
+	}
+}
