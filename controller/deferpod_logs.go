@@ -30,10 +30,6 @@ type LogsEndpoint struct {
 	CA func() []byte
 }
 
-// The node agents' serving certificate (cmd/kdefer-controller/app), in
-// their namespace.
-// +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=get;create;update
-
 // nodeIPRef is how a LogsEndpoint URL names the defer pod's node address.
 const nodeIPRef = "$(" + stagecontract.EnvNodeIP + ")"
 

@@ -233,6 +233,12 @@ func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controlle
 	return controller.LogsEndpoint{URL: url, CA: readCA(caFile)}, nil
 }
 
+// The node agents' serving certificate Secret, in their namespace: a Role
+// of deploy/node-agent/role.yaml (generated with the agents' ClusterRole
+// from this package's markers, so it goes with the agents), bound to the
+// controller.
+// +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=get;create;update
+
 // setupNodeAgentLogs points defer pods at the node agent on their node
 // and, in self-signed mode, keeps the agents' certificate current.
 func setupNodeAgentLogs(mgr ctrl.Manager, mo ManagerOptions) (controller.LogsEndpoint, error) {
