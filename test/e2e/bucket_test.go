@@ -245,7 +245,11 @@ func (s *scenario) checkMirroredLogs(objs map[string]object, pod string) {
 				pod, container, len(log), tail(log), len(mirror.data), tail(mirror.data))
 			continue
 		}
-		s.logf("log of %s/%s: the %d bytes it printed, byte for byte (%d more in the log: a line written as it was killed)", pod, container, len(mirror.data), len(extra))
+		more := ""
+		if len(extra) > 0 {
+			more = fmt.Sprintf(", and the line it printed as it was killed (%d bytes)", len(extra))
+		}
+		s.logf("log of %s/%s: the %d bytes it printed, byte for byte%s", pod, container, len(mirror.data), more)
 	}
 }
 

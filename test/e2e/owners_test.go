@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/clusterenv"
+	"github.com/kdefer/kdefer/test/s3server"
 )
 
 // Owners other than a plain Job (issue #17): a CI runner's bare pod, a
@@ -78,6 +82,20 @@ func TestBareCIPodEvicted(t *testing.T) {
 	}
 	if err := xml.Unmarshal(objs[report].data, &suites); err != nil || suites.XMLName.Local != "testsuites" || suites.Tests != 3 || suites.Failures != 1 || len(suites.Cases) != 3 {
 		t.Errorf("%s in the bucket: %+v (%v), want the example's testsuites of 3 tests, 1 failure:\n%s", report, suites, err, objs[report].data)
+	}
+	// The build container's log, the CI job's log, is in the bucket to
+	// its last line (checkManifest: no log of the pod is missing), and
+	// `kdefer logs` prints it from there, with the caller's credentials.
+	buildLog := string(objs[stagecontract.LogKey(name, stagecontract.LogRef{Container: "build"})].data)
+	for _, line := range []string{"unit tests: report written", "integration tests: running", "integration suite stopped by SIGTERM"} {
+		if !strings.Contains(buildLog, line) {
+			t.Errorf("the build log in the bucket lacks %q:\n%s", line, buildLog)
+		}
+	}
+	cmd := exec.CommandContext(s.ctx, program(t, "./cmd/kdefer"), "--kubeconfig", clusterenv.Dir()+"/kubeconfig", "-n", s.ns, "logs", "deferrun/"+name, "-c", "build", "--archived")
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3server.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3server.SecretKey)
+	if out, err := cmd.Output(); err != nil || string(out) != "==> "+name+"/build <==\n"+buildLog {
+		t.Errorf("kdefer logs deferrun/%s -c build --archived: %v: printed %q, want the archived log %q", name, err, out, buildLog)
 	}
 	s.volumeReleased(run)
 	s.podGone(name, time.Minute)
