@@ -22,12 +22,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,9 +62,20 @@ type Server struct {
 	// Clock (tests); default real.
 	Clock clock.PassiveClock
 
-	mu     sync.Mutex
-	tokens map[[32]byte]cachedClaims
+	mu      sync.Mutex
+	tokens  map[[32]byte]cachedClaims
+	sources map[string]*rate.Limiter
 }
+
+// Requests per source address: a stage step asks for an index and a few
+// logs, a stage-logs sidecar the same; a pod that asks far more is not one
+// of them, and each request costs the apiserver reads.
+const (
+	sourceRate  rate.Limit = 20
+	sourceBurst            = 100
+	// sourcesMax bounds the limiters kept; a full map is emptied.
+	sourcesMax = 4096
+)
 
 // Error is an answer other than 200, with the reason the stage step
 // records in the manifest's logWarnings.
@@ -87,8 +100,36 @@ const tokenCacheTTL = time.Minute
 // tokenCacheMax bounds the cache; a full cache is emptied.
 const tokenCacheMax = 4096
 
+// limit refuses a request from a source that asked too often.
+func (s *Server) limit(r *http.Request) error {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	s.mu.Lock()
+	if s.sources == nil || len(s.sources) >= sourcesMax {
+		s.sources = map[string]*rate.Limiter{}
+	}
+	l := s.sources[host]
+	if l == nil {
+		l = rate.NewLimiter(sourceRate, sourceBurst)
+		s.sources[host] = l
+	}
+	s.mu.Unlock()
+	if !l.Allow() {
+		return &Error{http.StatusTooManyRequests, fmt.Sprintf("too many requests from %s", host)}
+	}
+	return nil
+}
+
+// refusedTokenTTL is how long a refused token stays refused without
+// asking again: short, since a token refused for a transient reason (its
+// pod not yet known to the apiserver's cache) may be good a moment later.
+const refusedTokenTTL = 10 * time.Second
+
 type cachedClaims struct {
 	claims  LogsClaims
+	refused bool
 	expires time.Time
 }
 
@@ -97,7 +138,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "GET only", http.StatusMethodNotAllowed)
 		return
 	}
-	err := s.serve(w, r)
+	err := s.limit(r)
+	if err == nil {
+		err = s.serve(w, r)
+	}
 	var he *Error
 	switch {
 	case err == nil:
@@ -162,7 +206,9 @@ func containsRef(refs []stagecontract.LogRef, ref stagecontract.LogRef) bool {
 }
 
 // authenticate returns the claims of token, asking the apiserver at most
-// once per tokenCacheTTL.
+// once per tokenCacheTTL; a refused token is remembered too (for
+// refusedTokenTTL), so that a pod sending random tokens costs the apiserver
+// one TokenReview per token per that time, not per request.
 func (s *Server) authenticate(ctx context.Context, token string) (LogsClaims, error) {
 	key := sha256.Sum256([]byte(token))
 	now := s.now()
@@ -170,6 +216,9 @@ func (s *Server) authenticate(ctx context.Context, token string) (LogsClaims, er
 	c, ok := s.tokens[key]
 	s.mu.Unlock()
 	if ok && now.Before(c.expires) {
+		if c.refused {
+			return LogsClaims{}, &Error{http.StatusUnauthorized, "token refused"}
+		}
 		return c.claims, nil
 	}
 	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{stagecontract.LogsAudience}}}
@@ -177,15 +226,19 @@ func (s *Server) authenticate(ctx context.Context, token string) (LogsClaims, er
 		return LogsClaims{}, fmt.Errorf("review the logs token: %w", err)
 	}
 	claims, err := ClaimsOf(tr.Status)
+	entry := cachedClaims{claims: claims, expires: now.Add(tokenCacheTTL)}
 	if err != nil {
-		return LogsClaims{}, &Error{http.StatusUnauthorized, "token refused"}
+		entry = cachedClaims{refused: true, expires: now.Add(refusedTokenTTL)}
 	}
 	s.mu.Lock()
 	if s.tokens == nil || len(s.tokens) >= tokenCacheMax {
 		s.tokens = map[[32]byte]cachedClaims{}
 	}
-	s.tokens[key] = cachedClaims{claims: claims, expires: now.Add(tokenCacheTTL)}
+	s.tokens[key] = entry
 	s.mu.Unlock()
+	if err != nil {
+		return LogsClaims{}, &Error{http.StatusUnauthorized, "token refused"}
+	}
 	return claims, nil
 }
 
