@@ -82,6 +82,8 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		return nil
 	}
 	env := stepEnv(run)
+	// The user's defer containers find the work volume where the Job's
+	// containers had it.
 	mountPath := pol.WorkVolume.MountPath
 	if mountPath == "" {
 		mountPath = v1.DefaultWorkMountPath
@@ -95,7 +97,14 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		if len(rule.Exclude) > 0 {
 			exclude = rule.Exclude
 		}
-		args := []string{"out", "--from", path.Join(mountPath, so.Path), "--to", v1.StageURLWithS3(so.URL, pol.S3)}
+		// The step mounts the work volumes at kdefer's path, not the
+		// Job's: at the Job's, kdefer's own mounts (the logs token and CA
+		// bundle under /var/run, /tmp) could sit inside the volume the job
+		// wrote, or the volume over a directory the step trusts
+		// (/etc/ssl/certs). It resolves its source beneath the volume's
+		// mount point, so the job cannot link it out (--volume-root).
+		args := []string{"out", "--volume-root", render.StageMountPath, "--from", path.Join(render.StageMountPath, so.Path),
+			"--to", v1.StageURLWithS3(so.URL, pol.S3)}
 		for _, g := range include {
 			args = append(args, "--include", g)
 		}
@@ -119,7 +128,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 			Args:                     args, // the image's entrypoint is kdefer-stage
 			Env:                      env,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-			VolumeMounts:             append(workMounts(run, mountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),
+			VolumeMounts:             append(workMounts(run, render.StageMountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),
 			SecurityContext:          restricted(stageSecurityContext(run)),
 			Resources: corev1.ResourceRequirements{
 				// Requests are zero (admissible says why). The limit is
@@ -307,6 +316,8 @@ func workVolumeNames(run *v1.DeferRun) map[string]bool {
 	return m
 }
 
+// workMounts mounts the run's work volumes: the first at mountPath, the
+// others beside it, suffixed with their names.
 func workMounts(run *v1.DeferRun, mountPath string, readOnly bool) []corev1.VolumeMount {
 	var out []corev1.VolumeMount
 	for i, v := range run.Spec.Volumes {

@@ -61,7 +61,7 @@ func TestBuildDeferPod(t *testing.T) {
 		"stage-out only: the only step is the main container": {
 			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerSucceeded, 0).Obj(),
 			want: &shape{Mains: []string{"stage-out"}, NodeName: "n1", Deadline: 1800, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
-				Args: []string{"out", "--from", "/kdefer", "--to", "s3://bucket/{namespace}/{pod}/", "--log-format", "json"}},
+				Args: []string{"out", "--volume-root", "/kdefer-work", "--from", "/kdefer-work", "--to", "s3://bucket/{namespace}/{pod}/", "--log-format", "json"}},
 		},
 		"stage-out then defer containers, credentials only in stage-out": {
 			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerFailed, 1).Policy(func(p *v1.DeferPolicySpec) {
@@ -72,7 +72,7 @@ func TestBuildDeferPod(t *testing.T) {
 				p.Deadline = &metav1.Duration{Duration: 600e9}
 			}).Obj(),
 			want: &shape{Inits: []string{"stage-out", "notify"}, Mains: []string{"last"}, NodeName: "n1", Deadline: 600, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
-				Args: []string{"out", "--from", "/kdefer/out", "--to", "s3://bucket/{namespace}/{pod}/", "--include", "*.root", "--log-format", "json"}, EnvFromIn: []string{"stage-out"}},
+				Args: []string{"out", "--volume-root", "/kdefer-work", "--from", "/kdefer-work/out", "--to", "s3://bucket/{namespace}/{pod}/", "--include", "*.root", "--log-format", "json"}, EnvFromIn: []string{"stage-out"}},
 		},
 		"trigger rule narrows globs and defer containers": {
 			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerOOMKilled, 137).Policy(func(p *v1.DeferPolicySpec) {
@@ -80,7 +80,7 @@ func TestBuildDeferPod(t *testing.T) {
 				p.TriggerRules = []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerOOMKilled}, Include: []string{"logs/**"}, DeferContainers: []string{"notify"}}}
 			}).Obj(),
 			want: &shape{Inits: []string{"stage-out"}, Mains: []string{"notify"}, NodeName: "n1", Deadline: 1800, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
-				Args: []string{"out", "--from", "/kdefer", "--to", "s3://bucket/{namespace}/{pod}/", "--include", "logs/**", "--log-format", "json"}},
+				Args: []string{"out", "--volume-root", "/kdefer-work", "--from", "/kdefer-work", "--to", "s3://bucket/{namespace}/{pod}/", "--include", "logs/**", "--log-format", "json"}},
 		},
 		"skip rule: no pod": {
 			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerPreempted, 143).Policy(func(p *v1.DeferPolicySpec) {

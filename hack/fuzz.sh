@@ -31,8 +31,10 @@ cache=$(go env GOCACHE)/fuzz
 # The default run gives each target a few seconds. FuzzWalk's executions
 # build a tree on disk: ~250 a second on 2 cores against 2,000-5,000 for the
 # others, so 10000x took it ~40 s, half the tier (w18, 2026-12-02); at the
-# default it runs a fifth of the count. A FUZZTIME given applies to all.
-declare -A default_count=([FuzzWalk]=2000x)
+# default it runs a fifth of the count. FuzzResolveBeneath builds a volume on
+# disk per execution too (300-600 a second on 2 cores): 3000x. A FUZZTIME
+# given applies to all.
+declare -A default_count=([FuzzWalk]=2000x [FuzzResolveBeneath]=3000x)
 
 declare -A targets
 while IFS=: read -r file fn; do

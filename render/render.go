@@ -30,7 +30,13 @@ const (
 	// the prefix of their names ("kdefer-stage-in-0", ...) when there are
 	// several. Init containers with this prefix belong to kdefer.
 	StageInContainerName = "kdefer-stage-in"
-	// StageMountPath is where stage containers mount the work volume.
+	// StageMountPath is where kdefer's stage steps (the stage-in init
+	// containers, the defer pod's stage-out) mount the work volume,
+	// whatever the Job's mount path: a path of kdefer's, neither inside
+	// nor around its other mounts (/tmp, the CA bundle and token under
+	// /var/run) or a directory the steps trust (/etc/ssl/certs). The
+	// steps resolve their directories beneath it (kdefer-stage
+	// --volume-root).
 	StageMountPath = "/kdefer-work"
 	// JobCompletionIndexAnnotation is set by the Job controller on the pods
 	// of Indexed Jobs.

@@ -21,7 +21,8 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 		Name:            name,
 		Image:           opts.StageImage,
 		ImagePullPolicy: opts.ImagePullPolicy,
-		Args:            []string{"in", "--from", v1.StageURLWithS3(in.URL, pol.S3), "--to", path.Join(StageMountPath, in.Path), "--log-format", "json"},
+		Args: []string{"in", "--from", v1.StageURLWithS3(in.URL, pol.S3),
+			"--volume-root", StageMountPath, "--to", path.Join(StageMountPath, in.Path), "--log-format", "json"},
 		Env: []corev1.EnvVar{
 			{Name: stagecontract.EnvNamespace, ValueFrom: f("metadata.namespace")},
 			{Name: stagecontract.EnvJob, ValueFrom: f("metadata.labels['" + JobNameLabel + "']")},

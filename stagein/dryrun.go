@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 
 	"github.com/kdefer/kdefer/storage"
 )
@@ -27,26 +28,20 @@ func choose(entries []entry, filter *storage.Filter, allowEmpty bool, loc storag
 	return entries, nil
 }
 
-// openDestination creates and opens the destination directory; a dry run
-// creates nothing and opens it only if it exists (to tell which files are
-// present already), else returns nil.
-func openDestination(dir string, dryRun bool) (*os.Root, error) {
-	if dryRun {
-		root, err := os.OpenRoot(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, storage.WithOp("open destination directory", err)
-		}
-		return root, nil
+// openDestination opens the destination directory, making what is missing,
+// beneath the work volume's root: the directories down to it may be what
+// another init container or a volume's dataSource left, and none is
+// followed if it is a link or opened if it is a FIFO
+// (storage.OpenDirBeneath). A dry run makes nothing and opens the
+// directory only if it exists (to tell which files are present already),
+// else returns nil.
+func openDestination(ctx context.Context, o Options) (*os.Root, error) {
+	root, err := storage.OpenDirBeneath(ctx, o.VolumeRoot, o.To, !o.DryRun, o.OpenTimeout)
+	if o.DryRun && errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, storage.WithOp("create destination directory", err)
-	}
-	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, storage.WithOp("open destination directory", err)
+		return nil, storage.WithOp("open destination directory "+strconv.Quote(o.To), err)
 	}
 	return root, nil
 }

@@ -31,6 +31,10 @@ type Options struct {
 	// From is a prefix URL or a manifest URL (".../_kdefer/manifest.json");
 	// To is the local directory (created if missing).
 	From, To string
+	// VolumeRoot is the work volume's mount point To lies in: every
+	// directory from it down to To is resolved, or made, without following
+	// a link (storage.OpenDirBeneath). "" trusts To's whole path.
+	VolumeRoot string
 	// AllowEmpty accepts a prefix with no objects (else a permanent error:
 	// missing inputs are almost always a wrong URL).
 	AllowEmpty bool
@@ -138,7 +142,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 
-	root, err := openDestination(o.To, o.DryRun)
+	root, err := openDestination(ctx, o)
 	if err != nil {
 		return Result{}, err
 	}

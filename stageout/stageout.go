@@ -20,6 +20,12 @@
 //     would send every hole as zeros, and the manifest cannot record holes);
 //   - directories that cannot be listed, and names too long for a key.
 //
+// The source directory itself is not a file to lose but the whole run: it,
+// and every directory from the work volume's root down to it, is resolved
+// without following a link or opening a special file
+// (storage.OpenDirBeneath), and one that is a link, a FIFO or missing fails
+// the run, permanent, before anything is read.
+//
 // Names the store cannot hold (invalid UTF-8, control characters, a
 // backslash, kdefer's reserved directory) are stored under reversible
 // encoded keys with the original name in the manifest (storage.EncodeName).
@@ -54,6 +60,10 @@ type Options struct {
 	// From is the local directory; To the destination URL (templates
 	// already expanded).
 	From, To string
+	// VolumeRoot is the work volume's mount point From lies in: every
+	// directory from it down to From is resolved without following a link
+	// (storage.OpenDirBeneath). "" trusts From's whole path (a run by hand).
+	VolumeRoot string
 	// RequireFiles fails a run that finds no file to upload (none under
 	// From, or none the filters choose); without it that is a warning and
 	// the manifest lists no file.
@@ -110,12 +120,19 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, storage.Usagef("%w", err)
 	}
-	root, err := os.OpenRoot(o.From)
-	if errors.Is(err, fs.ErrPermission) {
-		return Result{}, unreadable("open source directory "+strconv.Quote(o.From), err)
-	}
-	if err != nil {
-		return Result{}, storage.Permanentf("point --from at the directory to upload", "open source directory: %w", err)
+	// The directories down to From are the job's too: none is followed if
+	// it is a link, none blocks if it is a FIFO.
+	op := "open source directory " + strconv.Quote(o.From)
+	root, err := storage.OpenDirBeneath(ctx, o.VolumeRoot, o.From, false, o.OpenTimeout)
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return Result{}, unreadable(op, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return Result{}, storage.Permanentf("point --from at the directory to upload", "%s: %w", op, err)
+	case err != nil:
+		// A link or special file on the way is permanent (the run fails
+		// and keeps the volume); an open that hung, transient.
+		return Result{}, storage.WithOp(op, err)
 	}
 	defer root.Close()
 
@@ -131,7 +148,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	e.results = newSpill(func(error) {})
 	defer e.results.close()
 	var spillErr error
-	err = walk.Walk(ctx, root, walk.Options{Prefix: loc.Prefix, Filter: filter, OpenTimeout: o.OpenTimeout, Log: o.Log}, func(wf walk.File) {
+	err = walk.Walk(ctx, root, walk.Options{Name: o.From, Prefix: loc.Prefix, Filter: filter, OpenTimeout: o.OpenTimeout, Log: o.Log}, func(wf walk.File) {
 		f := file{rel: wf.Rel, key: wf.Key, encoded: wf.Encoded, size: wf.Size, mtime: wf.ModTime}
 		e.prog.FilesTotal.Add(1)
 		e.prog.BytesTotal.Add(f.size)

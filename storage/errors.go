@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -82,6 +83,24 @@ func Unreadable(op string, uid, gid int, err error) error {
 		Err: fmt.Errorf("%w (stage-out runs as uid %d, gid %d)", err, uid, gid)}
 }
 
+// NotDirError is the error of OpenDirBeneath when a directory on the way
+// to the one asked for is something else: a link, a FIFO, a device, a
+// socket or a regular file.
+type NotDirError struct {
+	// Path is the component's path, the volume's root joined with the
+	// components down to it.
+	Path string
+	// What it is instead, for people: "a symbolic link", "a FIFO", ...
+	What string
+}
+
+func (e *NotDirError) Error() string {
+	return fmt.Sprintf("%s is %s, not a directory", strconv.Quote(e.Path), e.What)
+}
+
+// NotDirFix is the fix of a NotDirError.
+const NotDirFix = "make it a plain directory: kdefer follows no link and opens no special file between the work volume's root and the directory it stages"
+
 // Permanentf builds a permanent error with a fix.
 func Permanentf(fix, format string, args ...any) error {
 	return &Error{Class: Permanent, Fix: fix, Err: fmt.Errorf(format, args...)}
@@ -137,7 +156,12 @@ func Classify(err error) (Class, string) {
 		return class, fix
 	}
 	// Local filesystem errors: a missing or unreadable file will not fix
-	// itself; a full disk needs space freed.
+	// itself, nor will a work volume whose way to the staged directory the
+	// job's containers blocked; a full disk needs space freed.
+	var nd *NotDirError
+	if errors.As(err, &nd) {
+		return Permanent, NotDirFix
+	}
 	if errors.Is(err, fs.ErrPermission) {
 		return Permanent, "make the files readable by the stage step's user"
 	}

@@ -40,10 +40,13 @@ func OpenFile(ctx context.Context, root *os.Root, name string, flag int, timeout
 // openWithin runs open aside and returns what it returns, or, once ctx ends
 // or timeout passes, ctx's error or a timeout naming name. An open given up
 // keeps its goroutine until the system call returns (nothing can interrupt
-// it), and its file is then closed: no descriptor leaks.
-func openWithin(ctx context.Context, timeout time.Duration, name string, open func() (*os.File, error)) (*os.File, error) {
+// it), and what it opened is then closed: no descriptor leaks.
+func openWithin[F interface {
+	comparable
+	Close() error
+}](ctx context.Context, timeout time.Duration, name string, open func() (F, error)) (F, error) {
 	type opened struct {
-		f   *os.File
+		f   F
 		err error
 	}
 	done := make(chan opened, 1)
@@ -59,15 +62,16 @@ func openWithin(ctx context.Context, timeout time.Duration, name string, open fu
 	case <-ctx.Done():
 	case <-t.C:
 	}
+	var none F
 	go func() {
-		if o := <-done; o.f != nil {
+		if o := <-done; o.f != none {
 			o.f.Close()
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("open %q: %w", name, err)
+		return none, fmt.Errorf("open %q: %w", name, err)
 	}
-	return nil, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w within %s", ErrOpenHung, timeout)}
+	return none, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w within %s", ErrOpenHung, timeout)}
 }
 
 // OpenRegular opens name under root for reading when it is a regular file

@@ -128,8 +128,11 @@ func CheckRelativePath(v string) string {
 }
 
 // IsMountPath reports whether v can be where the work volume is mounted in
-// the main containers: absolute, without '..' or ':' (the rule of both the
-// annotation and the policy field workVolume.mountPath).
+// the main containers and the user's defer containers: absolute, without
+// '..' or ':' (the rule of both the annotation and the policy field
+// workVolume.mountPath). kdefer's stage steps mount the volume at a path
+// of their own whatever v is, so no v puts the volume inside or around
+// their mounts.
 func IsMountPath(v string) bool {
 	return strings.HasPrefix(v, "/") && !strings.Contains(v, ":") && !hasDotDot(v)
 }

@@ -44,6 +44,9 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
+// volumeRootUsage is the help of out's and in's --volume-root.
+const volumeRootUsage = "the mount point of the volume DIR lies in: the directories below it down to DIR are opened without following a link, and one that is a link, a FIFO or (for out) missing fails the run (exit 3); default: DIR's whole path is trusted"
+
 // stepLogsTimeout bounds the stage-logs sidecar's archive, within the
 // defer pod's 30 s termination grace period.
 const stepLogsTimeout = 25 * time.Second
@@ -99,6 +102,7 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 	})
 	outCmd.Flags().StringVar(&out.From, "from", "", "directory to upload (required)")
 	outCmd.Flags().StringVar(&out.To, "to", "", "destination URL prefix (required)")
+	outCmd.Flags().StringVar(&out.VolumeRoot, "volume-root", "", volumeRootUsage)
 	outCmd.Flags().BoolVar(&out.RequireFiles, "require-files", false, "fail when no file is chosen (default: warn and write an empty manifest)")
 	outCmd.Flags().StringSliceVar(&checksums, "checksums", nil, "checksums the manifest records besides CRC32C, computed in the upload's read pass: "+strings.Join(stagecontract.ManifestChecksums, ", ")+" (comma-separated)")
 	outCmd.Flags().BoolVar(&out.Overwrite, "overwrite", false, "replace outputs another pod (KDEFER_UID) left under the prefix; without it such a prefix is refused (exit 3)")
@@ -124,6 +128,7 @@ DIR are refused before anything is written.`,
 	})
 	inCmd.Flags().StringVar(&in.From, "from", "", "source URL prefix or manifest URL (required)")
 	inCmd.Flags().StringVar(&in.To, "to", "", "destination directory (required)")
+	inCmd.Flags().StringVar(&in.VolumeRoot, "volume-root", "", volumeRootUsage)
 	inCmd.Flags().BoolVar(&in.AllowEmpty, "allow-empty", false, "succeed when the prefix holds no objects")
 	_ = inCmd.MarkFlagRequired("from")
 	_ = inCmd.MarkFlagRequired("to")

@@ -76,6 +76,14 @@ func TestCLIExitCodes(t *testing.T) {
 	src := t.TempDir()
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "super-secret-value")
+	// A volume whose way to the source the job blocked.
+	vol := t.TempDir()
+	if err := os.Symlink(src, filepath.Join(vol, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(vol, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name  string
 		args  []string
@@ -90,6 +98,9 @@ func TestCLIExitCodes(t *testing.T) {
 		{"unknown parameter", []string{"out", "--from", src, "--to", "s3://b/p?endpont=http://127.0.0.1:1"}, stagecontract.ExitPermanent, "permanent", `"endpont"`},
 		{"unset template variable", []string{"out", "--from", src, "--to", "s3://b/{pod}"}, stagecontract.ExitPermanent, "permanent", "KDEFER_POD"},
 		{"missing source", []string{"out", "--from", filepath.Join(src, "nope"), "--to", "mem://b/p"}, stagecontract.ExitPermanent, "permanent", "--from"},
+		{"source through a link", []string{"out", "--volume-root", vol, "--from", filepath.Join(vol, "link"), "--to", "mem://b/p"}, stagecontract.ExitPermanent, "permanent", "symbolic link"},
+		{"source a FIFO", []string{"out", "--volume-root", vol, "--from", filepath.Join(vol, "pipe"), "--to", "mem://b/p"}, stagecontract.ExitPermanent, "permanent", "FIFO"},
+		{"source outside the volume", []string{"out", "--volume-root", vol, "--from", src, "--to", "mem://b/p"}, stagecontract.ExitUsage, "usage", "not inside"},
 		{"server down", []string{"out", "--from", src, "--to", "s3://bkt/p?endpoint=http://127.0.0.1:1", "--attempts", "2"}, stagecontract.ExitTransient, "transient", ""},
 		{"empty input prefix", []string{"in", "--from", "mem://b/p", "--to", filepath.Join(src, "in")}, stagecontract.ExitPermanent, "permanent", "no objects"},
 	}

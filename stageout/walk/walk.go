@@ -54,6 +54,9 @@ func Reason(err error) string {
 
 // Options say what a walk chooses and how it opens directories.
 type Options struct {
+	// Name is the root's path in errors (default root.Name(), which for a
+	// root opened through its descriptor is a /proc path).
+	Name string
 	// Prefix is put before each file's key (storage.KeyFor).
 	Prefix string
 	// Filter chooses files by their relative path.
@@ -76,16 +79,20 @@ type Options struct {
 // (no loops, no escapes). Entries come in directory order, not sorted.
 func Walk(ctx context.Context, root *os.Root, o Options, emit func(File), skip func(rel, reason string)) error {
 	w := &walker{root: root, o: o, emit: emit, skip: skip}
+	name := o.Name
+	if name == "" {
+		name = root.Name()
+	}
 	dirs := []string{"."}
 	for len(dirs) > 0 {
 		dir := dirs[len(dirs)-1]
 		dirs = dirs[:len(dirs)-1]
 		sub, err := w.dir(ctx, dir)
 		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("walk %s: %w", strconv.Quote(root.Name()), cerr)
+			return fmt.Errorf("walk %s: %w", strconv.Quote(name), cerr)
 		}
 		if err != nil && dir == "." {
-			return storage.Unreadable("walk "+strconv.Quote(root.Name()), os.Geteuid(), os.Getegid(), err)
+			return storage.Unreadable("walk "+strconv.Quote(name), os.Geteuid(), os.Getegid(), err)
 		}
 		if err != nil {
 			// A directory that cannot be listed loses what it holds, but
