@@ -214,7 +214,7 @@ func deletedWhileDown(t *testing.T, o *outage, prefix string, propagation metav1
 	c.up()
 	s.waitManifest("sim", first, 2*time.Minute)
 	s.waitManifest("sim", second, 2*time.Minute)
-	s.runTrigger(second, v1.TriggerDeleted)
+	s.runTrigger("sim", second, v1.TriggerDeleted)
 	s.checkOutputs("sim", first, w, v1.TriggerSucceeded)
 	s.checkOutputs("sim", second, w, v1.TriggerDeleted)
 	s.podGone(second, time.Minute)

@@ -13,12 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
+	"github.com/kdefer/kdefer/storage"
 	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
@@ -297,18 +300,20 @@ func (s *scenario) waitManifest(job, pod string, timeout time.Duration) {
 }
 
 // runTrigger checks the trigger of a DeferRun that may already be gone.
-func (s *scenario) runTrigger(pod string, want v1.Trigger) {
+func (s *scenario) runTrigger(job, pod string, want v1.Trigger) {
 	s.t.Helper()
 	// The trigger is recorded with the run's first status write after its
 	// defer pod (bookkeeping a few seconds later, or the outcome), which can
-	// come after the manifest: wait for it, unless the run goes first.
+	// come after the manifest: wait for it, unless the run goes first (kdefer
+	// deletes a finished run whose Job is gone): then the trigger the defer
+	// pod was given is the manifest's, which must be there.
 	var got v1.Trigger
 	err := clusterenv.WaitFor(s.ctx, 30*time.Second, "DeferRun "+pod+" to record its trigger", func(ctx context.Context) (bool, error) {
 		r := &v1.DeferRun{}
 		err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: pod}, r)
 		if apierrors.IsNotFound(err) {
-			s.logf("DeferRun %s already gone with its Job", pod)
-			got = want
+			got = s.manifestTrigger(job, pod)
+			s.logf("DeferRun %s already gone with its Job; its manifest's trigger is %q", pod, got)
 			return true, nil
 		}
 		if err != nil {
@@ -323,6 +328,30 @@ func (s *scenario) runTrigger(pod string, want v1.Trigger) {
 	if got != want {
 		s.t.Errorf("DeferRun %s: trigger %q, want %q", pod, got, want)
 	}
+}
+
+// manifestTrigger is the trigger in pod's manifest in the bucket, "" (and
+// an error) when there is none.
+func (s *scenario) manifestTrigger(job, pod string) v1.Trigger {
+	s.t.Helper()
+	key := s.ns + "/" + job + "/" + pod + "/" + stagecontract.ManifestKey
+	o, err := s.mc.GetObject(s.ctx, bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		s.t.Errorf("get s3://%s/%s: %v", bucket, key, err)
+		return ""
+	}
+	defer o.Close()
+	data, err := io.ReadAll(o)
+	if err != nil {
+		s.t.Errorf("read s3://%s/%s: %v", bucket, key, err)
+		return ""
+	}
+	m, err := storage.ParseManifest(data)
+	if err != nil {
+		s.t.Errorf("s3://%s/%s: %v", bucket, key, err)
+		return ""
+	}
+	return v1.Trigger(m.Trigger)
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

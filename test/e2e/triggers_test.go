@@ -145,7 +145,7 @@ func TestJobDeletedForeground(t *testing.T) {
 	// kdefer deletes a finished run whose Job is gone: wait for the
 	// manifest, then check the run if it is still there.
 	s.waitManifest("sim", pod, 3*time.Minute)
-	s.runTrigger(pod, v1.TriggerDeleted)
+	s.runTrigger("sim", pod, v1.TriggerDeleted)
 	s.checkOutputs("sim", pod, w, v1.TriggerDeleted)
 	s.podGone(pod, time.Minute)
 	s.noLeaks(2 * time.Minute)
