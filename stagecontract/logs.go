@@ -1,5 +1,7 @@
 package stagecontract
 
+import "fmt"
+
 // The logs contract: how the stage-out step gets the ended pod's container
 // logs, and where it stores them. The step runs with no API access; the
 // logs endpoint (kdefer's node agent on the step's own node, or
@@ -27,7 +29,8 @@ const (
 	EnvNodeIP = "KDEFER_NODE_IP"
 	// EnvLogsCA is the PEM bundle that signs the endpoint's certificate.
 	EnvLogsCA = "KDEFER_LOGS_CA"
-	// EnvLogsMaxBytes caps each archived log; a longer log keeps its tail.
+	// EnvLogsMaxBytes caps each archived log; a longer log keeps its
+	// head and its tail, and says so (LogTruncation).
 	EnvLogsMaxBytes = "KDEFER_LOGS_MAX_BYTES"
 	// EnvLogsSelf is "POD/CONTAINER", the defer pod and stage step whose
 	// own log the step archives with the ended pod's (LogKey(POD,
@@ -104,4 +107,30 @@ type LogWarning struct {
 	Previous bool `json:"previous,omitempty"`
 	// Reason says why, for a person.
 	Reason string `json:"reason"`
+}
+
+// LogTruncation is what the object of a log longer than its cap holds: its
+// first HeadBytes bytes, then the line LogTruncationMarker gives, then its
+// last TailBytes bytes. A pod's start says what it was doing, its end why it
+// ended; the middle is what is left out. Size = HeadBytes + the marker's
+// length + TailBytes, and HeadBytes + TailBytes is the cap.
+type LogTruncation struct {
+	// originalSize is the length of the whole log: the bytes the container
+	// wrote in that attempt, every rotated part included.
+	OriginalSize int64 `json:"originalSize"`
+	// headBytes is how many of the log's first bytes begin the object.
+	HeadBytes int64 `json:"headBytes"`
+	// tailBytes is how many of the log's last bytes end the object.
+	TailBytes int64 `json:"tailBytes"`
+}
+
+// OmittedBytes is how many bytes of the log the object leaves out.
+func (t LogTruncation) OmittedBytes() int64 { return t.OriginalSize - t.HeadBytes - t.TailBytes }
+
+// LogTruncationMarker is the line between a cut log's head and tail: it
+// starts with a newline so that it stands on a line of its own even when
+// the head ends within a line (a reader who wants the head's exact bytes
+// takes HeadBytes of them, not up to the marker).
+func LogTruncationMarker(omitted, maxBytes int64) string {
+	return fmt.Sprintf("\n[kdefer: %d bytes of this log were left out here; maxBytes=%d]\n", omitted, maxBytes)
 }

@@ -80,6 +80,12 @@ type ManifestFile struct {
 	// them is read by every kdefer-stage.
 	Checksums map[string]string `json:"checksums,omitempty"`
 	ModTime   time.Time         `json:"mtime"`
+	// truncated, on a log entry only (Manifest.Logs, StepLogs.Logs), says
+	// the log was longer than stageOut.logs.maxBytes and what the object
+	// holds of it (LogTruncation). Absent when the object is the whole log,
+	// so that manifests without a cut log stay readable by a kdefer-stage
+	// that does not know the field (it refuses unknown fields).
+	Truncated *LogTruncation `json:"truncated,omitempty"`
 }
 
 // The checksums a manifest records on request, besides CRC32C (the keys of

@@ -26,8 +26,9 @@ type LogSource interface {
 // Logs are the logs a stage-out archives before its manifest.
 type Logs struct {
 	Source LogSource
-	// MaxBytes caps each log: a longer one keeps its last MaxBytes bytes,
-	// where a pod says why it ended.
+	// MaxBytes caps each log: a longer one keeps its first MaxBytes/4
+	// bytes and its last MaxBytes-MaxBytes/4, with a marker line between
+	// them, and its manifest entry says so (logKeeper).
 	MaxBytes int64
 	// Pod is the pod Source serves the logs of, named in a warning when
 	// none can be listed (default: the ended pod, KDEFER_POD).
@@ -42,7 +43,8 @@ type Logs struct {
 type SelfLog struct {
 	// Pod and Container name it: the defer pod and its stage step.
 	Pod, Container string
-	// Tail holds the step's log so far.
+	// Tail holds the step's log so far: its tail, where the warnings and
+	// the outcome are (a cut one's manifest entry says so, HeadBytes 0).
 	Tail *TailWriter
 }
 
@@ -94,13 +96,30 @@ func (w *TailWriter) Write(p []byte) (int, error) {
 // Tail returns a copy of the last max bytes written, and whether any were
 // dropped.
 func (w *TailWriter) Tail() ([]byte, bool) {
+	b, total := w.tail()
+	return b, total > int64(len(b))
+}
+
+// tail returns a copy of the last max bytes written, and how many bytes
+// were written in all.
+func (w *TailWriter) tail() ([]byte, int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b := w.buf
 	if n := int64(len(b)); n > w.max {
 		b = b[n-w.max:]
 	}
-	return bytes.Clone(b), w.from > 0 || len(b) < len(w.buf)
+	return bytes.Clone(b), w.from + int64(len(w.buf))
+}
+
+// kept returns the object to store of the step's log and, when bytes were
+// left out, the manifest's record of it: the marker line, then the tail.
+func (w *TailWriter) kept() ([][]byte, *stagecontract.LogTruncation) {
+	b, total := w.tail()
+	if total <= int64(len(b)) {
+		return [][]byte{b}, nil
+	}
+	return cutLog(nil, [][]byte{b}, total, w.max)
 }
 
 // archiveLogs stores every log the source lists under the prefix's LogsDir,
@@ -136,15 +155,17 @@ func (e *engine) archiveLogs(ctx context.Context) ([]stagecontract.ManifestFile,
 				warn(idx.Pod, ref, "not a Kubernetes name")
 				continue
 			}
-			data, truncated, err := e.fetchLog(ctx, ref)
+			k, err := e.fetchLog(ctx, ref)
 			if err != nil {
 				warn(idx.Pod, ref, err.Error())
 				continue
 			}
-			if truncated {
-				e.o.Log.Info().Str("container", ref.Container).Bool("previous", ref.Previous).Int64("maxBytes", e.o.Logs.MaxBytes).Msg("keep the tail of a long log")
+			data, cut := k.kept()
+			if cut != nil {
+				e.o.Log.Info().Str("container", ref.Container).Bool("previous", ref.Previous).Int64("maxBytes", e.o.Logs.MaxBytes).
+					Int64("bytes", cut.OriginalSize).Int64("leftOut", cut.OmittedBytes()).Msg("keep the head and tail of a long log")
 			}
-			f, err := e.storeLog(ctx, stagecontract.LogKey(idx.Pod, ref), data)
+			f, err := e.storeLog(ctx, stagecontract.LogKey(idx.Pod, ref), data, cut)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -153,8 +174,8 @@ func (e *engine) archiveLogs(ctx context.Context) ([]stagecontract.ManifestFile,
 	}
 	if self := e.o.Logs.Self; self != nil {
 		// Last, so it holds the warnings above.
-		data, _ := self.Tail.Tail()
-		f, err := e.storeLog(ctx, stagecontract.LogKey(self.Pod, stagecontract.LogRef{Container: self.Container}), data)
+		data, cut := self.Tail.kept()
+		f, err := e.storeLog(ctx, stagecontract.LogKey(self.Pod, stagecontract.LogRef{Container: self.Container}), data, cut)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -164,22 +185,23 @@ func (e *engine) archiveLogs(ctx context.Context) ([]stagecontract.ManifestFile,
 	return out, warnings, nil
 }
 
-// storeLog stores one log at rel under the prefix and returns its manifest
-// entry.
-func (e *engine) storeLog(ctx context.Context, rel string, data []byte) (stagecontract.ManifestFile, error) {
+// storeLog stores one log, the concatenation of data, at rel under the
+// prefix and returns its manifest entry, which records cut.
+func (e *engine) storeLog(ctx context.Context, rel string, data segments, cut *stagecontract.LogTruncation) (stagecontract.ManifestFile, error) {
 	if err := e.beforeWrite(ctx); err != nil {
 		return stagecontract.ManifestFile{}, err
 	}
+	size := data.size()
 	var crc uint32
 	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
 		var err error
-		crc, err = e.be.Put(ctx, e.prefix+rel, bytes.NewReader(data), int64(len(data)), storage.PutOptions{ContentType: "text/plain; charset=utf-8"})
+		crc, err = e.be.Put(ctx, e.prefix+rel, data, size, storage.PutOptions{ContentType: "text/plain; charset=utf-8"})
 		return err
 	})
 	if err != nil {
 		return stagecontract.ManifestFile{}, storage.WithOp("store log "+rel, err)
 	}
-	return stagecontract.ManifestFile{Key: rel, Size: int64(len(data)), Checksum: storage.FormatChecksum(crc), ModTime: e.o.Clock.Now().UTC()}, nil
+	return stagecontract.ManifestFile{Key: rel, Size: size, Checksum: storage.FormatChecksum(crc), ModTime: e.o.Clock.Now().UTC(), Truncated: cut}, nil
 }
 
 // summaryLogWarnings bounds warnings for the summary, a termination
@@ -194,46 +216,18 @@ func summaryLogWarnings(warnings []stagecontract.LogWarning) []stagecontract.Log
 	return out
 }
 
-// fetchLog reads one log, keeping its last MaxBytes bytes.
-func (e *engine) fetchLog(ctx context.Context, ref stagecontract.LogRef) ([]byte, bool, error) {
+// fetchLog reads one log, keeping what MaxBytes allows of it.
+func (e *engine) fetchLog(ctx context.Context, ref stagecontract.LogRef) (*logKeeper, error) {
 	rc, err := e.o.Logs.Source.Open(ctx, ref)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer rc.Close()
-	data, truncated, err := readTail(rc, e.o.Logs.MaxBytes)
-	if err != nil {
-		return nil, false, fmt.Errorf("read log of %s: %w", ref.Container, err)
+	k := newLogKeeper(e.o.Logs.MaxBytes)
+	if _, err := io.Copy(k, rc); err != nil {
+		return nil, fmt.Errorf("read log of %s: %w", ref.Container, err)
 	}
-	return data, truncated, nil
-}
-
-// readTail reads r to its end and returns its last max bytes (all of it
-// when max <= 0), and whether anything was cut. It holds at most 2*max
-// bytes (plus one read) at a time.
-func readTail(r io.Reader, max int64) ([]byte, bool, error) {
-	var buf []byte
-	chunk := make([]byte, 64<<10)
-	truncated := false
-	for {
-		n, err := r.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		if max > 0 && int64(len(buf)) > 2*max {
-			buf = append(buf[:0], buf[int64(len(buf))-max:]...)
-			truncated = true
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, false, err
-		}
-	}
-	if max > 0 && int64(len(buf)) > max {
-		buf = buf[int64(len(buf))-max:]
-		truncated = true
-	}
-	return buf, truncated, nil
+	return k, nil
 }
 
 // safeLogName is a name the endpoint may put in a key: a Kubernetes pod or

@@ -60,7 +60,8 @@ func logEndpoint(t *testing.T, token string, idx stagecontract.LogsIndex, logs m
 }
 
 // The pod's logs are stored under _kdefer/logs/POD/ before the manifest,
-// which lists each with its size and checksum; a long log keeps its tail;
+// which lists each with its size and checksum; a long log keeps its head
+// and tail, and its entry says so;
 // a log the endpoint cannot serve is left out without failing the outputs,
 // and named with its reason.
 func TestStageOutArchivesLogs(t *testing.T) {
@@ -99,7 +100,7 @@ func TestStageOutArchivesLogs(t *testing.T) {
 	}
 	want := map[string]string{
 		"_kdefer/logs/job-abc/init.log":            "init ok\n",
-		"_kdefer/logs/job-abc/main.log":            long[len(long)-100:],
+		"_kdefer/logs/job-abc/main.log":            long[:25] + stagecontract.LogTruncationMarker(int64(len(long))-100, 100) + long[len(long)-75:],
 		"_kdefer/logs/job-abc/main.previous.log":   "first attempt died\n",
 		"_kdefer/logs/job-abc-defer/stage-out.log": "", // checked below
 	}
@@ -136,6 +137,12 @@ func TestStageOutArchivesLogs(t *testing.T) {
 			}
 		} else if string(got) != body {
 			t.Errorf("%s = %q, want %q", l.Key, got, body)
+		}
+		cut := stagecontract.LogTruncation{OriginalSize: int64(len(long)), HeadBytes: 25, TailBytes: 75}
+		if l.Key == "_kdefer/logs/job-abc/main.log" && (l.Truncated == nil || *l.Truncated != cut) {
+			t.Errorf("%s: truncated = %+v, want %+v", l.Key, l.Truncated, cut)
+		} else if l.Key != "_kdefer/logs/job-abc/main.log" && l.Truncated != nil {
+			t.Errorf("%s: truncated = %+v, but it is whole", l.Key, l.Truncated)
 		}
 		sum := storage.FormatChecksum(crc32.Checksum(got, crc32.MakeTable(crc32.Castagnoli)))
 		if l.Size != int64(len(got)) || l.Checksum != sum {

@@ -3,8 +3,9 @@ package v1alpha1
 import "k8s.io/apimachinery/pkg/api/resource"
 
 // DefaultLogsMaxBytes caps each archived container log (one attempt of one
-// container) unless stageOut.logs.maxBytes says otherwise: the tail of a log
-// is kept, since that is where a pod says why it ended.
+// container) unless stageOut.logs.maxBytes says otherwise: a longer log keeps
+// its head, where a pod says what it was doing, and its tail, where it says
+// why it ended.
 const DefaultLogsMaxBytes = "10Mi"
 
 // maxLogsMaxBytes bounds stageOut.logs.maxBytes: the stage step holds one
@@ -20,7 +21,10 @@ type StageOutLogs struct {
 	Enabled *bool `json:"enabled,omitempty"`
 
 	// maxBytes caps each archived log (default 10Mi, at most 100Mi); a
-	// longer log keeps its last maxBytes bytes.
+	// longer log keeps its first maxBytes/4 bytes and its last
+	// maxBytes-maxBytes/4, stored with a marker line between them, and its
+	// manifest entry records the cut (truncated: originalSize, headBytes,
+	// tailBytes).
 	// +optional
 	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
 }

@@ -25,7 +25,7 @@ func init() {
 			return &exitError{code: 1, msg: err.Error()}
 		}
 		if archived {
-			if err := archivedLogs(ctx, cmd.OutOrStdout(), run, step); err != nil {
+			if err := archivedLogs(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), run, step); err != nil {
 				return &exitError{code: 1, msg: err.Error()}
 			}
 			return nil
@@ -35,7 +35,7 @@ func init() {
 			if apierrors.IsNotFound(err) && run.Status.ManifestURL != "" {
 				// The pods are gone: what the bucket kept.
 				fmt.Fprintf(cmd.ErrOrStderr(), "defer pod of %s is gone: the logs archived in the bucket\n", name)
-				aerr := archivedLogs(ctx, cmd.OutOrStdout(), run, step)
+				aerr := archivedLogs(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), run, step)
 				if aerr == nil {
 					return nil
 				}

@@ -22,8 +22,11 @@ import (
 // archivedLogs prints the ended pod's logs that run's stage-out archived
 // in its bucket (stageOut.logs), read with the caller's own credentials for
 // the store (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_*): the logs
-// outlive every pod. container, when set, picks one container's.
-func archivedLogs(ctx context.Context, w io.Writer, run *v1.DeferRun, container string) error {
+// outlive every pod. container, when set, picks one container's. A log cut
+// at stageOut.logs.maxBytes is printed as stored, head, marker line and
+// tail, with a note on errw saying how much of it is left out: stdout
+// stays the log, for a pipe.
+func archivedLogs(ctx context.Context, w, errw io.Writer, run *v1.DeferRun, container string) error {
 	prefixURL, err := runPrefixURL(run)
 	if err != nil {
 		return err
@@ -71,6 +74,10 @@ func archivedLogs(ctx context.Context, w io.Writer, run *v1.DeferRun, container 
 			continue
 		}
 		fmt.Fprintf(w, "==> %s <==\n", name)
+		if t := l.Truncated; t != nil {
+			fmt.Fprintf(errw, "kdefer: %s: %d of its %d bytes were left out (stageOut.logs.maxBytes): the first %d and the last %d are printed, with a marker line between them\n",
+				name, t.OmittedBytes(), t.OriginalSize, t.HeadBytes, t.TailBytes)
+		}
 		if err := copyObject(ctx, w, be, loc.Prefix+l.Key); err != nil {
 			return fmt.Errorf("read %s: %w", l.Key, err)
 		}

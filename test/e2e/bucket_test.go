@@ -156,7 +156,7 @@ func (s *scenario) checkManifest(prefix string, objs map[string]object, want []s
 		s.logf("log of %s container %q not archived, as the scenario allows (%s): %s", w.Pod, w.Container, s.logsLost, w.Reason)
 	}
 	if len(m.LogWarnings) == 0 {
-		s.checkMirroredLogs(objs, pod)
+		s.checkMirroredLogs(objs, m)
 	}
 	// The ended pod's under _kdefer/logs/POD/, the stage step's own under
 	// _kdefer/logs/POD-defer/.
@@ -218,39 +218,98 @@ func (s *scenario) stepLogs(objs map[string]object, deferPod string) *stagecontr
 	return &l
 }
 
-// checkMirroredLogs compares each archived log of pod with what its
-// container mirrored into the volume (workload.script's say: stdout/C.txt),
-// byte for byte: the previous attempt's log and the last one's together
-// are the mirror. say writes the line to stdout first, so a container
-// killed between its two writes has one more line in its log than in the
-// mirror; that line, and nothing else, may differ. A pod whose container
-// mirrored nothing (its script is not workload.script, or its trigger
-// rules left stdout/ out) is not compared.
-func (s *scenario) checkMirroredLogs(objs map[string]object, pod string) {
+// checkMirroredLogs compares each archived log of the manifest's pod with
+// what its container mirrored into the volume (workload.script's say:
+// stdout/C.txt), byte for byte: the previous attempt's log and the last
+// one's together are the mirror. say writes the line to stdout first, so a
+// container killed between its two writes has one more line in its log
+// than in the mirror; that line, and nothing else, may differ. A log cut at
+// maxBytes (its entry's truncated) is compared where it has the printed
+// bytes, its head and its tail, and its original size with the mirror's. A
+// pod whose container mirrored nothing (its script is not workload.script,
+// or its trigger rules left stdout/ out) is not compared.
+func (s *scenario) checkMirroredLogs(objs map[string]object, m *stagecontract.Manifest) {
 	s.t.Helper()
+	pod := m.Identity["pod"]
+	entries := map[string]stagecontract.ManifestFile{}
+	for _, l := range m.Logs {
+		entries[l.Key] = l
+	}
 	for k, mirror := range objs {
 		container, ok := strings.CutSuffix(strings.TrimPrefix(k, stdoutMirrorDir), ".txt")
 		if !strings.HasPrefix(k, stdoutMirrorDir) || !ok {
 			continue
 		}
-		cur, ok := objs[stagecontract.LogKey(pod, stagecontract.LogRef{Container: container})]
-		if !ok {
+		curKey := stagecontract.LogKey(pod, stagecontract.LogRef{Container: container})
+		if _, ok := objs[curKey]; !ok {
 			s.t.Errorf("container %s of pod %s printed %d bytes, and its log is not in the bucket", container, pod, len(mirror.data))
 			continue
 		}
-		log := append(bytes.Clone(objs[stagecontract.LogKey(pod, stagecontract.LogRef{Container: container, Previous: true})].data), cur.data...)
-		extra, prefix := bytes.CutPrefix(log, mirror.data)
-		if !prefix || bytes.Count(extra, []byte("\n")) > 1 || (len(extra) > 0 && !bytes.HasSuffix(extra, []byte("\n"))) {
-			s.t.Errorf("archived log of %s/%s (%d bytes, ends %q) is not what it printed (%d bytes, ends %q)",
-				pod, container, len(log), tail(log), len(mirror.data), tail(mirror.data))
+		// The printed stream as the bucket has it: pieces at their offsets.
+		var pieces []logPiece
+		var length int64
+		for _, key := range []string{stagecontract.LogKey(pod, stagecontract.LogRef{Container: container, Previous: true}), curKey} {
+			if o, ok := objs[key]; ok {
+				p, n := logPieces(o.data, entries[key].Truncated, length)
+				pieces, length = append(pieces, p...), length+n
+			}
+		}
+		if why := mirrorDiff(pieces, length, mirror.data); why != "" {
+			var last []byte
+			if len(pieces) > 0 {
+				last = pieces[len(pieces)-1].data
+			}
+			s.t.Errorf("archived log of %s/%s (%d bytes, ends %q) is not what it printed (%d bytes, ends %q): %s",
+				pod, container, length, tail(last), len(mirror.data), tail(mirror.data), why)
 			continue
 		}
 		more := ""
-		if len(extra) > 0 {
-			more = fmt.Sprintf(", and the line it printed as it was killed (%d bytes)", len(extra))
+		if extra := length - int64(len(mirror.data)); extra > 0 {
+			more = fmt.Sprintf(", and the line it printed as it was killed (%d bytes)", extra)
 		}
-		s.logf("log of %s/%s: the %d bytes it printed, byte for byte%s", pod, container, len(mirror.data), more)
+		s.logf("log of %s/%s: the %d bytes it printed, byte for byte where archived%s", pod, container, len(mirror.data), more)
 	}
+}
+
+// logPiece is bytes of a container's printed stream at their offset.
+type logPiece struct {
+	off  int64
+	data []byte
+}
+
+// logPieces are the bytes of a stream that one archived log, stored as
+// data and starting at offset off of the stream, holds, and the log's
+// length: all of it, or, cut (t), its head and its tail.
+func logPieces(data []byte, t *stagecontract.LogTruncation, off int64) ([]logPiece, int64) {
+	if t == nil {
+		return []logPiece{{off, data}}, int64(len(data))
+	}
+	if t.HeadBytes+t.TailBytes > int64(len(data)) {
+		return nil, t.OriginalSize // the size check in checkManifest fails it
+	}
+	return []logPiece{{off, data[:t.HeadBytes]}, {off + t.OriginalSize - t.TailBytes, data[int64(len(data))-t.TailBytes:]}}, t.OriginalSize
+}
+
+// mirrorDiff says how a stream of length bytes, of which pieces are known,
+// differs from the mirror, or "" when it does not: the mirror is its
+// beginning, and what follows is at most one line.
+func mirrorDiff(pieces []logPiece, length int64, mirror []byte) string {
+	extra := length - int64(len(mirror))
+	if extra < 0 {
+		return fmt.Sprintf("%d bytes shorter", -extra)
+	}
+	for _, p := range pieces {
+		end := min(p.off+int64(len(p.data)), int64(len(mirror)))
+		if p.off < end && !bytes.Equal(p.data[:end-p.off], mirror[p.off:end]) {
+			return fmt.Sprintf("bytes %d to %d differ", p.off, end)
+		}
+		if beyond := p.data[min(int64(len(p.data)), max(0, int64(len(mirror))-p.off)):]; len(beyond) > 0 {
+			if bytes.Count(beyond, []byte("\n")) > 1 || !bytes.HasSuffix(beyond, []byte("\n")) {
+				return fmt.Sprintf("%q after what it mirrored is not one line", tail(beyond))
+			}
+		}
+	}
+	return ""
 }
 
 // tail is the end of a log, for a message.
