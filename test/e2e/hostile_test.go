@@ -45,7 +45,9 @@ func TestHostileVolume(t *testing.T) {
 				script += tc.replace + "\n"
 			}
 			script += "timeout 30 wget -q -O /dev/null " + s.sig.url + "/ready/$HOSTNAME\n"
-			job := s.job("sim", small)
+			w := small
+			w.mode = "exit 0" // replaced below: a Job of the scenarios' shape
+			job := s.job("sim", w)
 			job.Annotations[v1.AnnotationStageOutPath] = "out"
 			if tc.mountPath != "" {
 				job.Annotations[v1.AnnotationWorkMountPath] = tc.mountPath
