@@ -90,6 +90,12 @@ func TestLintRefuses(t *testing.T) {
 			`{job}`},
 		"pod with an unknown field": {strings.Replace(lintPod(`kdefer.io/stage-out: "s3://b/{pod}/"`, "Never"), "  restartPolicy:", "  restartPolicey: Never\n  restartPolicy:", 1),
 			`unknown field "spec.restartPolicey"`},
+		// kdefer's reserved names (v1alpha1's reserved.go): a defer
+		// container mounting the defer pod's volumes that are kdefer's.
+		"defer container mounting kdefer's logs token": {lintPolicy("  stageOut: {url: \"s3://b/{pod}/\"}\n  deferContainers:\n  - {name: d, image: x, volumeMounts: [{name: kdefer-work, mountPath: /w}, {name: kdefer-logs-token, mountPath: /t}]}\n"),
+			`spec.deferContainers[0].volumeMounts[1].name: Forbidden: "kdefer-logs-token" is reserved for kdefer`},
+		"defer container mounting kdefer's /tmp": {lintPolicy("  stageOut: {url: \"s3://b/{pod}/\"}\n  deferContainers:\n  - {name: d, image: x, volumeMounts: [{name: kdefer-tmp, mountPath: /scratch}]}\n"),
+			`spec.deferContainers[0].volumeMounts[0].name: Forbidden: "kdefer-tmp" is reserved for kdefer`},
 		"init container without an image": {strings.Replace(lintJob(`kdefer.io/stage-out: "s3://b/{pod}/"`, okMain), "      containers:", "      initContainers: [{name: setup}]\n      containers:", 1),
 			`spec.template.spec.initContainers[0] (setup).image: is not set`},
 	}

@@ -186,6 +186,12 @@ func TestValidatePolicy(t *testing.T) {
 		{name: "privileged defer container", p: rt.MakePolicy("p", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "d", Image: "x",
 			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}}).Obj(),
 			want: "spec.deferContainers[0].securityContext.runAsUser: Forbidden: defer containers never run as root: defer pods meet the Pod Security Standard restricted; fix: remove runAsUser"},
+		{name: "defer container mounts the logs token", p: rt.MakePolicy("p", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "d", Image: "x",
+			VolumeMounts: []corev1.VolumeMount{{Name: v1.DefaultWorkVolumeName, MountPath: "/w"}, {Name: "kdefer-logs-token", MountPath: "/t"}}}).Obj(),
+			want: `spec.deferContainers[0].volumeMounts[1].name: Forbidden: "kdefer-logs-token" is reserved for kdefer`},
+		{name: "defer container mounts the stage step's /tmp", p: rt.MakePolicy("p", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "d", Image: "x",
+			VolumeMounts: []corev1.VolumeMount{{Name: "kdefer-tmp", MountPath: "/scratch"}}}).Obj(),
+			want: `spec.deferContainers[0].volumeMounts[0].name: Forbidden: "kdefer-tmp" is reserved for kdefer`},
 		{name: "mem://", p: rt.MakePolicy("p", "ns", "mem://b/{pod}/").Obj(), want: `spec.stageOut.url: Invalid value: "mem://b/{pod}/"`},
 		{name: "file:// by default", p: rt.MakePolicy("p", "ns", "file:///data/{pod}/").Obj(), want: "spec.stageOut.url: Forbidden: file:// URLs"},
 	} {

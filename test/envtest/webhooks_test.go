@@ -134,6 +134,13 @@ func testWebhooks(t *testing.T, env *envtest.Env) {
 		wantDenied(t, env.Client.Create(ctx, bad), `admission webhook "validate.deferpolicies.kdefer.io" denied the request`,
 			`spec.triggerRules[0].deferContainers[0]: Invalid value: "notify": names no entry of spec.deferContainers`)
 		reserved := rt.MakePolicy("reserved", ns, "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "stage-out", Image: "x"}).Obj()
-		wantDenied(t, env.Client.Create(ctx, reserved), `spec.deferContainers[0].name: Invalid value: "stage-out"`)
+		wantDenied(t, env.Client.Create(ctx, reserved), `spec.deferContainers[0].name: Forbidden: "stage-out" is reserved for kdefer`)
+		// The defer pod's volumes that are kdefer's: the logs token, /tmp.
+		for _, vol := range []string{"kdefer-logs-token", "kdefer-tmp"} {
+			mounts := rt.MakePolicy("mounts-"+vol[len("kdefer-"):], ns, "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "peek", Image: "x",
+				VolumeMounts: []corev1.VolumeMount{{Name: v1.DefaultWorkVolumeName, MountPath: "/w"}, {Name: vol, MountPath: "/k"}}}).Obj()
+			wantDenied(t, env.Client.Create(ctx, mounts), `admission webhook "validate.deferpolicies.kdefer.io" denied the request`,
+				`spec.deferContainers[0].volumeMounts[1].name: Forbidden: "`+vol+`" is reserved for kdefer`)
+		}
 	})
 }
