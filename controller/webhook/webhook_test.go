@@ -88,6 +88,11 @@ func TestMutateJob(t *testing.T) {
 			wantDeny: `annotation kdefer.io/policy: DeferPolicy "nope" does not exist in namespace "ns"; fix: create it first`},
 		{name: "bad annotation", job: rt.MakeJob("j", "ns").StageOut("s3://b/{pod}/").Annotation(v1.AnnotationDeadline, "soon").Obj(),
 			wantDeny: "kdefer cannot manage this Job:\n- annotation kdefer.io/deadline: \"soon\" is not a positive duration; fix: use a Go duration such as 30m or 2h"},
+		// The policy has no stage-in: render would have kept the user's
+		// container as its own, with the credentials it asks for.
+		{name: "init container named like kdefer's stage-in", job: rt.MakeJob("j", "ns").Annotation(v1.AnnotationPolicy, "team").
+			InitContainer(corev1.Container{Name: "kdefer-stage-in", Image: "evil", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}}}}).Obj(),
+			wantDeny: `spec.template.spec.initContainers[0].name: "kdefer-stage-in" is reserved for kdefer`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,7 +101,7 @@ func TestMutateJob(t *testing.T) {
 			resp := h.MutateJob(context.Background(), req)
 			if tc.wantDeny != "" {
 				if resp.Allowed || !strings.Contains(resp.Result.Message, tc.wantDeny) {
-					t.Fatalf("allowed=%v message=%q, want denial containing %q", resp.Allowed, resp.Result.Message, tc.wantDeny)
+					t.Fatalf("allowed=%v result=%+v, want denial containing %q", resp.Allowed, resp.Result, tc.wantDeny)
 				}
 				return
 			}

@@ -113,6 +113,11 @@ func testWebhooks(t *testing.T, env *envtest.Env) {
 			want: []string{`volume "data" (kdefer.io/work-volume): is a hostPath volume`}},
 		{name: "credentials in main container", job: rt.MakeJob("leak", ns).StageOut("s3://r/{pod}/").Annotation(v1.AnnotationCredentials, "minio").EnvFromSecret(0, "minio").Obj(),
 			want: []string{`receives the credentials Secret "minio"`}},
+		// Not taken for kdefer's own stage-in, which alone gets the Secret.
+		{name: "init container named like kdefer's stage-in", job: rt.MakeJob("forged", ns).StageOut("s3://r/{pod}/").Annotation(v1.AnnotationCredentials, "minio").
+			InitContainer(corev1.Container{Name: "kdefer-stage-in", Image: "busybox", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "minio"}}}}}).Obj(),
+			want: []string{`admission webhook "render.jobs.kdefer.io" denied the request`,
+				`spec.template.spec.initContainers[0].name: "kdefer-stage-in" is reserved for kdefer`, "fix: rename the container"}},
 	}
 	for _, tc := range denials {
 		t.Run(tc.name, func(t *testing.T) { wantDenied(t, env.Client.Create(ctx, tc.job), tc.want...) })
