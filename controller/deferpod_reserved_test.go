@@ -6,11 +6,14 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
+	rt "github.com/kdefer/kdefer/render/testing"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -122,5 +125,31 @@ func TestDeferPodReservedMountsRecorded(t *testing.T) {
 		if !strings.Contains(got[0], want) {
 			t.Errorf("event %q lacks %q", got[0], want)
 		}
+	}
+}
+
+// A DeferPolicy stored before admission refused such mounts arms runs that
+// wait with ConfigError (reason InvalidPolicy, admission's words and fix),
+// as for any configuration only the user can fix; none mounts anything.
+func TestStoredPolicyWithReservedMounts(t *testing.T) {
+	job, pod, pvc, n := worldObjects()
+	pod.Annotations = map[string]string{v1.AnnotationPolicy: "old"}
+	stored := rt.MakePolicy("old", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "peek", Image: "x",
+		VolumeMounts: []corev1.VolumeMount{{Name: "kdefer-logs-token", MountPath: "/token"}}}).Obj()
+	w := newFakeWorld(t, job, pod, pvc, n, stored)
+	w.settle()
+	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
+	w.settle()
+	run := &v1.DeferRun{}
+	if err := w.c.Get(context.Background(), w.key, run); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1.ReasonInvalidPolicy ||
+		!strings.Contains(c.Message, `deferContainers[0].volumeMounts[0].name: Forbidden: "kdefer-logs-token" is reserved for kdefer`) {
+		t.Errorf("ConfigError %+v, want True, %s, naming the mount and the fix", c, v1.ReasonInvalidPolicy)
+	}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "j-x-defer"}, &corev1.Pod{}); err == nil {
+		t.Error("a defer pod was created for a run whose policy is invalid")
 	}
 }

@@ -80,6 +80,9 @@ const (
 	ReasonStepConfig     = "StepConfigError"
 	ReasonBadAnnotation  = "InvalidAnnotation"
 	ReasonResolved       = "Resolved"
+	// InvalidPolicy: the named DeferPolicy, with the pod's annotations,
+	// breaks a rule admission now applies (a policy stored before it).
+	ReasonInvalidPolicy = "InvalidPolicy"
 
 	// VolumeReleased.
 	ReasonReleased = "Released"
