@@ -19,8 +19,6 @@ import (
 // Defer pods run as this user; the stage image is built for it.
 const deferPodUser int64 = 65532
 
-const tmpVolume = "kdefer-tmp"
-
 // stageMemoryLimit is the stage-out step's memory limit.
 const stageMemoryLimit = "256Mi"
 
@@ -128,7 +126,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 			Args:                     args, // the image's entrypoint is kdefer-stage
 			Env:                      env,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-			VolumeMounts:             append(workMounts(run, render.StageMountPath, true), corev1.VolumeMount{Name: tmpVolume, MountPath: "/tmp"}),
+			VolumeMounts:             append(workMounts(run, render.StageMountPath, true), corev1.VolumeMount{Name: v1.TmpVolume, MountPath: "/tmp"}),
 			SecurityContext:          restricted(stageSecurityContext(run)),
 			Resources: corev1.ResourceRequirements{
 				// Requests are zero (admissible says why). The limit is
@@ -165,8 +163,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		c.Env = append(append([]corev1.EnvVar{}, env...), withoutSecret(c.Env, pol.Credentials)...)
 		c.EnvFrom = nil // never credentials or other Secrets by reference outside stage steps
 		c.Ports = withoutHostPorts(c.Ports)
-		// The CA bundle may be a Secret's key: the stage step's alone.
-		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == render.S3CABundleVolume })
+		c.VolumeMounts = withoutReservedMounts(c.VolumeMounts)
 		if !mountsVolume(&c, workVolumeNames(run)) {
 			c.VolumeMounts = append(c.VolumeMounts, workMounts(run, mountPath, false)...)
 		}
@@ -206,12 +203,12 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	// 400 bytes a file across the three spills): 1 GiB covers a
 	// million files with long names. It is a cap the kubelet enforces, not a
 	// reservation.
-	volumes := []corev1.Volume{{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+	volumes := []corev1.Volume{{Name: v1.TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		SizeLimit: ptr.To(mustQ("1Gi"))}}}}
 	if v, _ := render.S3CABundle(pol); v != nil && pol.StageOut != nil && pol.StageOut.URL != "" {
 		volumes = append(volumes, *v)
 	}
-	logsToken := mountsVolume(&steps[0].Container, map[string]bool{logsTokenVolume: true})
+	logsToken := mountsVolume(&steps[0].Container, map[string]bool{v1.LogsTokenVolume: true})
 	if logsToken {
 		volumes = append(volumes, logsVolume())
 		if len(inits) > 0 {

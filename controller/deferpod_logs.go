@@ -10,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/render"
 	"github.com/kdefer/kdefer/stagecontract"
 )
 
@@ -38,9 +37,6 @@ const nodeIPRef = "$(" + stagecontract.EnvNodeIP + ")"
 func NodeAgentURL(port int) string {
 	return "https://" + nodeIPRef + ":" + strconv.Itoa(port) + stagecontract.LogsPath
 }
-
-// logsTokenVolume holds the stage-out step's projected token.
-const logsTokenVolume = "kdefer-logs-token"
 
 // logsTokenSeconds is the token's lifetime, the least the apiserver
 // allows; the kubelet renews it at 80%.
@@ -75,12 +71,12 @@ func withLogs(c *corev1.Container, so *v1.StageOut, ep LogsEndpoint, deferPod st
 		corev1.EnvVar{Name: stagecontract.EnvLogsCA, Value: string(ca)},
 		corev1.EnvVar{Name: stagecontract.EnvLogsMaxBytes, Value: strconv.FormatInt(so.LogsMaxBytes(), 10)},
 		corev1.EnvVar{Name: stagecontract.EnvLogsSelf, Value: deferPod + "/" + c.Name})
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: logsTokenVolume, MountPath: path.Dir(stagecontract.LogsTokenPath), ReadOnly: true})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1.LogsTokenVolume, MountPath: path.Dir(stagecontract.LogsTokenPath), ReadOnly: true})
 }
 
 // logsVolume is the projected token of the stage-out step (withLogs).
 func logsVolume() corev1.Volume {
-	return corev1.Volume{Name: logsTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+	return corev1.Volume{Name: v1.LogsTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
 			Audience: stagecontract.LogsAudience, ExpirationSeconds: ptr.To(logsTokenSeconds), Path: path.Base(stagecontract.LogsTokenPath),
 		}}},
@@ -120,7 +116,7 @@ func logsSidecar(stage *corev1.Container) corev1.Container {
 		}
 	}
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-		return m.Name != logsTokenVolume && m.Name != render.S3CABundleVolume
+		return m.Name != v1.LogsTokenVolume && m.Name != v1.S3CABundleVolume
 	})
 	return c
 }

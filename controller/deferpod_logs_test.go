@@ -69,12 +69,12 @@ func TestDeferPodLogs(t *testing.T) {
 	for _, m := range side.VolumeMounts {
 		mounts = append(mounts, m.Name)
 	}
-	if !slices.Equal(mounts, []string{logsTokenVolume}) {
+	if !slices.Equal(mounts, []string{v1.LogsTokenVolume}) {
 		t.Errorf("stage-logs mounts %v, want the token alone", mounts)
 	}
 	for _, c := range append(slices.Clone(pod.Spec.InitContainers[2:]), pod.Spec.Containers...) {
 		for _, m := range c.VolumeMounts {
-			if m.Name == logsTokenVolume {
+			if m.Name == v1.LogsTokenVolume {
 				t.Errorf("defer container %s mounts the logs token", c.Name)
 			}
 		}

@@ -58,10 +58,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 			r.exp.runs.expect(run)
 			return decided, errRequeue
 		}
-		problem, reason = perr.Error(), v1.ReasonPolicyNotFound
-		if run.Spec.PolicyName == "" {
-			reason = v1.ReasonBadAnnotation
-		}
+		problem, reason = perr.Error(), perr.reason
 	}
 	if problem == "" {
 		if c := meta.FindStatusCondition(s.status.Conditions, v1.DeferRunConfigError); c != nil && c.Status == metav1.ConditionTrue && !stepReason(c.Reason) {

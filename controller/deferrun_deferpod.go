@@ -92,6 +92,13 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 	}
 	Metrics.Writes.WithLabelValues("defer-pod").Inc()
 	r.created.add(s.now)
+	if left := ReservedMounts(&run.Spec.Policy); len(left) > 0 {
+		// BuildDeferPod left them out. At once, as for the priority class:
+		// this pass writes no status after it.
+		r.emit(&runState{run: s.run, events: []event{{corev1.EventTypeWarning, v1.EventReservedMounts, fmt.Sprintf(
+			"defer pod %s was created without the mounts of kdefer's volumes its policy's defer containers ask for (a DeferPolicy stored before admission refused them; fix the DeferPolicy): %s",
+			pod.Name, strings.Join(left, "; ")), false}}})
+	}
 	if run.Status.Retries == nil {
 		// From the pod's end; a resumed run's pod is not a reaction.
 		Metrics.Reaction.Observe(r.clock.Since(s.status.TriggeredAt.Time).Seconds())

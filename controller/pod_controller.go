@@ -235,10 +235,11 @@ func RunFor(ctx context.Context, c client.Reader, pod *corev1.Pod) (*v1.DeferRun
 }
 
 // policyProblem is what is wrong with the policy a run is armed with (a
-// DeferPolicy that does not exist, an annotation that does not parse). Only
-// the user can fix it, so the run records it and waits, where an API error
-// is retried.
-type policyProblem struct{ msg string }
+// DeferPolicy that does not exist, an annotation that does not parse, a
+// DeferPolicy stored before admission refused what it holds). Only the user
+// can fix it, so the run records it and waits, where an API error is
+// retried. reason is the ConfigError condition's.
+type policyProblem struct{ msg, reason string }
 
 func (p *policyProblem) Error() string { return p.msg }
 
@@ -255,7 +256,7 @@ func effectivePolicy(ctx context.Context, c client.Reader, ns, policyName string
 		err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: policyName}, pol)
 		switch {
 		case apierrors.IsNotFound(err):
-			problem = &policyProblem{policyNotFound(ns, policyName)}
+			problem = &policyProblem{policyNotFound(ns, policyName), v1.ReasonPolicyNotFound}
 		case err != nil:
 			return v1.DeferPolicySpec{}, fmt.Errorf("reading DeferPolicy %s: %w", policyName, err)
 		default:
@@ -264,7 +265,11 @@ func effectivePolicy(ctx context.Context, c client.Reader, ns, policyName string
 	}
 	eff, err := render.EffectivePolicy(spec, ann)
 	if err != nil && problem == nil {
-		problem = &policyProblem{err.Error()}
+		reason := v1.ReasonBadAnnotation
+		if spec != nil {
+			reason = v1.ReasonInvalidPolicy
+		}
+		problem = &policyProblem{err.Error(), reason}
 	}
 	if problem != nil {
 		return eff, problem

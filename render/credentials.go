@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -11,7 +10,9 @@ import (
 
 // checkCredentials refuses a template in which a container of the user's
 // (main, init, sidecar or ephemeral) could read the credentials Secret.
-func checkCredentials(spec *corev1.PodSpec, secret, specPath string) []error {
+// Only the stage-in containers of a template rendered before are render's
+// own (ownStageIn): they are rebuilt, so what they hold now does not count.
+func checkCredentials(spec *corev1.PodSpec, secret, specPath string, rendered bool) []error {
 	var errs []error
 	fix := fmt.Sprintf("kdefer gives the Secret named by %s only to its stage steps: give the container a different Secret, or remove the reference", v1.AnnotationCredentials)
 	secretVols := map[string]bool{}
@@ -49,7 +50,7 @@ func checkCredentials(spec *corev1.PodSpec, secret, specPath string) []error {
 		check("containers", i, &spec.Containers[i])
 	}
 	for i := range spec.InitContainers {
-		if !strings.HasPrefix(spec.InitContainers[i].Name, StageInContainerName) {
+		if !ownStageIn(rendered, &spec.InitContainers[i]) {
 			check("initContainers", i, &spec.InitContainers[i])
 		}
 	}

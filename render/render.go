@@ -28,8 +28,8 @@ import (
 const (
 	// StageInContainerName is the name of the stage-in init container, or
 	// the prefix of their names ("kdefer-stage-in-0", ...) when there are
-	// several. Init containers with this prefix belong to kdefer.
-	StageInContainerName = "kdefer-stage-in"
+	// several; a name kdefer reserves (v1.StageInContainerName).
+	StageInContainerName = v1.StageInContainerName
 	// StageMountPath is where kdefer's stage steps (the stage-in init
 	// containers, the defer pod's stage-out) mount the work volume,
 	// whatever the Job's mount path: a path of kdefer's, neither inside
@@ -205,15 +205,10 @@ func podTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	}
 	spec := &tmpl.Spec
 	wv := pol.WorkVolume
-
-	for i, c := range spec.Containers {
-		if mountsVolume(&c, S3CABundleVolume) {
-			fail(fmt.Sprintf("spec.template.spec.containers[%d].volumeMounts", i), fmt.Sprintf("mounts %q, which kdefer reserves for the stage steps' S3 CA bundle", S3CABundleVolume), "rename the volume")
-		}
-		if strings.HasPrefix(c.Name, StageInContainerName) {
-			fail(fmt.Sprintf("%s.containers[%d].name", specPath, i), fmt.Sprintf("%q starts with %q, which kdefer reserves for its stage-in containers", c.Name, StageInContainerName), "rename the container")
-		}
-	}
+	// Whether render says it rendered the template before; see reserved.go
+	// for why that alone grants nothing.
+	rendered := tmpl.Annotations[v1.AnnotationRendered] != ""
+	errs = append(errs, checkReserved(spec, specPath, rendered)...)
 	// The apiserver refuses a container without an image too, but only
 	// after this, with a message about the rendered Job; `kdefer lint`
 	// has no apiserver and would call the Job ok.
@@ -229,7 +224,7 @@ func podTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	}
 	// Credentials: no container of the user's may see the Secret.
 	if pol.Credentials != nil {
-		errs = append(errs, checkCredentials(spec, pol.Credentials.Name, specPath)...)
+		errs = append(errs, checkCredentials(spec, pol.Credentials.Name, specPath, rendered)...)
 	}
 
 	// The work volume.
@@ -301,13 +296,14 @@ func podTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 			fmt.Sprintf("point %s at an emptyDir volume, or at a name no volume has (kdefer then creates one mounted at %s)", v1.AnnotationWorkVolume, wv.MountPath))
 	}
 
-	// Stage-in init containers, first, replacing any rendered before. A
-	// container rendered before keeps the fields render does not own, so
-	// that the apiserver's defaults (terminationMessagePath, ...) do not
-	// make a rendered Job look unrendered.
+	// Stage-in init containers, first, replacing any rendered before (and
+	// dropping those the policy no longer has). A container rendered before
+	// keeps the fields render does not own, so that the apiserver's
+	// defaults (terminationMessagePath, ...) do not make a rendered Job
+	// look unrendered.
 	prev := map[string]corev1.Container{}
 	for _, c := range spec.InitContainers {
-		if strings.HasPrefix(c.Name, StageInContainerName) {
+		if ownStageIn(rendered, &c) {
 			prev[c.Name] = c
 		}
 	}
@@ -324,12 +320,14 @@ func podTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 		initc = append(initc, want)
 	}
 	for _, c := range spec.InitContainers {
-		if !strings.HasPrefix(c.Name, StageInContainerName) {
+		if !ownStageIn(rendered, &c) {
 			initc = append(initc, c)
 		}
 	}
 	if len(initc) == 0 {
-		initc = spec.InitContainers // keep nil vs empty as it was
+		// Keep nil vs empty as it was; never the old list, which may
+		// hold stage-in containers the policy no longer has.
+		initc = spec.InitContainers[:0]
 	}
 	spec.InitContainers = initc
 	spec.Volumes = withS3CABundle(spec.Volumes, &pol)

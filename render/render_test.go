@@ -190,7 +190,7 @@ func TestRenderRefuses(t *testing.T) {
 		{name: "index without Indexed", job: rt.MakeJob("j", ns).StageOut("s3://b/{index}/").Obj(),
 			want: []string{"annotation kdefer.io/stage-out: uses {index}, but the Job is not Indexed"}},
 		{name: "reserved container name", job: rt.MakeJob("j", ns).StageOut(url).Container(corev1.Container{Name: "kdefer-stage-in", Image: "x"}).Obj(),
-			want: []string{`containers[1].name: "kdefer-stage-in" starts with "kdefer-stage-in"`}},
+			want: []string{`spec.template.spec.containers[1].name: "kdefer-stage-in" is reserved for kdefer`, "fix: rename the container"}},
 		{name: "include without url", job: rt.MakeJob("j", ns).Annotation(v1.AnnotationPolicy, "p").Annotation(v1.AnnotationInclude, "*.log").Obj(),
 			policy: &v1.DeferPolicySpec{DeferContainers: []corev1.Container{{Name: "d", Image: "x"}}},
 			want:   []string{"annotation kdefer.io/include: is set, but no stage-out URL is"}},

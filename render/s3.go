@@ -10,8 +10,9 @@ import (
 
 // S3CABundleVolume is the name of the volume that holds a policy's
 // spec.s3.caBundle, mounted into the stage steps only (stage-in here, the
-// defer pod's stage-out in controller).
-const S3CABundleVolume = "kdefer-s3-ca"
+// defer pod's stage-out in controller); a name kdefer reserves
+// (v1.S3CABundleVolume).
+const S3CABundleVolume = v1.S3CABundleVolume
 
 // S3CABundle returns the volume of the policy's spec.s3.caBundle and its
 // mount in a stage step, or nils when the policy names none. The key is

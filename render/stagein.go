@@ -56,11 +56,15 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 	return c
 }
 
-// ownFields returns old with the fields render sets taken from want.
+// ownFields returns old with the fields render sets taken from want: all
+// that says what runs in the container and what it is given, since old may
+// be anyone's (a template may claim to be rendered).
 func ownFields(old, want corev1.Container) corev1.Container {
 	c := *old.DeepCopy()
 	c.Image, c.ImagePullPolicy = want.Image, want.ImagePullPolicy
 	c.Command, c.Args = want.Command, want.Args
+	c.Lifecycle = want.Lifecycle
+	c.LivenessProbe, c.ReadinessProbe, c.StartupProbe = want.LivenessProbe, want.ReadinessProbe, want.StartupProbe
 	c.Env, c.EnvFrom = want.Env, want.EnvFrom
 	c.VolumeMounts = want.VolumeMounts
 	c.TerminationMessagePolicy = want.TerminationMessagePolicy

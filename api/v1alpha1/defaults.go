@@ -21,15 +21,6 @@ const (
 	DefaultNodeLostTimeout               = 10 * time.Minute
 )
 
-// StageOutStepName is the name of the built-in stage-out step; defer
-// containers may not use it.
-const StageOutStepName = "stage-out"
-
-// StageLogsName is the name of the built-in sidecar that archives the
-// defer containers' logs when the defer pod ends (stageOut.logs); defer
-// containers may not use it either.
-const StageLogsName = "stage-logs"
-
 // Default sets every unset field that has a default. It is idempotent.
 func (s *DeferPolicySpec) Default() {
 	if s.WorkVolume.Name == "" {

@@ -64,8 +64,10 @@ type DeferPolicySpec struct {
 	// KDEFER_TRIGGER. They meet the Pod Security Standard "restricted": a
 	// securityContext may tighten it, never weaken it (no privileged, added
 	// capabilities but NET_BIND_SERVICE, root, privilege escalation,
-	// unconfined profiles or host ports), and they never receive the
-	// credentials Secret (envFrom is dropped).
+	// unconfined profiles or host ports), they never receive the
+	// credentials Secret (envFrom is dropped), and they never mount
+	// kdefer's own volumes (kdefer-logs-token, kdefer-tmp, kdefer-s3-ca)
+	// nor take the built-in containers' names (stage-out, stage-logs).
 	// +optional
 	// +listType=map
 	// +listMapKey=name

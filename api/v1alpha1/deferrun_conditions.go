@@ -80,6 +80,9 @@ const (
 	ReasonStepConfig     = "StepConfigError"
 	ReasonBadAnnotation  = "InvalidAnnotation"
 	ReasonResolved       = "Resolved"
+	// InvalidPolicy: the named DeferPolicy, with the pod's annotations,
+	// breaks a rule admission now applies (a policy stored before it).
+	ReasonInvalidPolicy = "InvalidPolicy"
 
 	// VolumeReleased.
 	ReasonReleased = "Released"
@@ -108,6 +111,10 @@ const (
 	// EventPriorityRefused: the defer pod's default priority class is not
 	// allowed in the namespace; it was created without one.
 	EventPriorityRefused = "PriorityClassRefused"
+	// EventReservedMounts: the run's policy gives defer containers mounts
+	// of kdefer's own volumes (a DeferPolicy stored before admission
+	// refused them); the defer pod was created without them.
+	EventReservedMounts = "ReservedMountsLeftOut"
 )
 
 // AnnotationRelease ("true") on a DeferRun releases its volume by hand

@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -11,7 +10,8 @@ import (
 // ValidateDeferPolicySpec checks what the CRD's OpenAPI and CEL rules check,
 // and the cross-field rules they cannot (defer container names, trigger
 // rules naming defer containers, globs, defer containers that would weaken
-// the defer pod's Pod Security, see podsecurity.go). The DeferPolicy webhook and render
+// the defer pod's Pod Security, see podsecurity.go, or mount kdefer's own
+// volumes, see reserved.go). The DeferPolicy webhook and render
 // (on the effective policy) use it, so every path reports the same
 // messages, each naming the field.
 func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorList {
@@ -60,6 +60,7 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 		for _, m := range validation.IsDNS1123Label(n) {
 			errs = append(errs, field.Invalid(wv.Child("name"), n, m))
 		}
+		errs = append(errs, ValidateVolumeName(n, wv.Child("name"))...)
 	}
 	if mp := s.WorkVolume.MountPath; mp != "" && !IsMountPath(mp) {
 		errs = append(errs, field.Invalid(wv.Child("mountPath"), mp, "must be an absolute path without '..' or ':'"))
@@ -70,9 +71,10 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 	names := map[string]bool{}
 	for i, c := range s.DeferContainers {
 		p := fld.Child("deferContainers").Index(i)
+		reserved := ValidateDeferContainerName(c.Name, p.Child("name"))
 		switch {
-		case c.Name == StageOutStepName || c.Name == StageLogsName:
-			errs = append(errs, field.Invalid(p.Child("name"), c.Name, fmt.Sprintf("%q is a built-in container's name: rename the container", c.Name)))
+		case len(reserved) > 0:
+			errs = append(errs, reserved...)
 		case names[c.Name]:
 			errs = append(errs, field.Duplicate(p.Child("name"), c.Name))
 		default:
@@ -84,6 +86,7 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 		if c.Image == "" {
 			errs = append(errs, field.Required(p.Child("image"), "every defer container needs an image"))
 		}
+		errs = append(errs, ValidateVolumeMounts(c.VolumeMounts, p.Child("volumeMounts"))...)
 		errs = append(errs, validateDeferContainerSecurity(&c, s.Credentials, p)...)
 	}
 	seen := map[Trigger]int{}

@@ -34,10 +34,22 @@ func TestValidateDeferPolicySpec(t *testing.T) {
 			s.DeferContainers = []corev1.Container{{Name: "stage-out", Image: "x"}, {Name: "a", Image: "x"}, {Name: "a"}}
 			s.TriggerRules = []TriggerRule{{Triggers: []Trigger{"Boom"}, DeferContainers: []string{"b"}}}
 		}, want: []string{
-			"spec.deferContainers[0].name: Invalid value", "spec.deferContainers[2].name: Duplicate value",
+			"spec.deferContainers[0].name: Forbidden", "spec.deferContainers[2].name: Duplicate value",
 			"spec.deferContainers[2].image: Required value", "spec.triggerRules[0].triggers[0]: Unsupported value",
 			"spec.triggerRules[0].deferContainers[0]: Invalid value",
 		}},
+		// The defer pod's volumes that are kdefer's: its stage steps' logs
+		// token, /tmp and S3 CA bundle. The work volume is the user's.
+		{name: "defer container mounts kdefer's volumes", mod: func(s *DeferPolicySpec) {
+			s.DeferContainers = []corev1.Container{{Name: "d", Image: "x", VolumeMounts: []corev1.VolumeMount{
+				{Name: "kdefer-work", MountPath: "/w"}, {Name: "kdefer-logs-token", MountPath: "/t"},
+				{Name: "kdefer-tmp", MountPath: "/tmp"}, {Name: "kdefer-s3-ca", MountPath: "/ca"}}}}
+		}, want: []string{
+			"spec.deferContainers[0].volumeMounts[1].name: Forbidden", "spec.deferContainers[0].volumeMounts[2].name: Forbidden",
+			"spec.deferContainers[0].volumeMounts[3].name: Forbidden",
+		}},
+		{name: "work volume named as one of kdefer's", mod: func(s *DeferPolicySpec) { s.WorkVolume.Name = "kdefer-tmp" },
+			want: []string{"spec.workVolume.name: Forbidden"}},
 		{name: "durations and limits", mod: func(s *DeferPolicySpec) {
 			s.Deadline = &metav1.Duration{}
 			s.RetryLimit = new(int32)

@@ -90,6 +90,16 @@ func TestLintRefuses(t *testing.T) {
 			`{job}`},
 		"pod with an unknown field": {strings.Replace(lintPod(`kdefer.io/stage-out: "s3://b/{pod}/"`, "Never"), "  restartPolicy:", "  restartPolicey: Never\n  restartPolicy:", 1),
 			`unknown field "spec.restartPolicey"`},
+		// kdefer's reserved names (v1alpha1's reserved.go): a defer
+		// container mounting the defer pod's volumes that are kdefer's, and
+		// a template's container named as kdefer's stage-in.
+		"defer container mounting kdefer's logs token": {lintPolicy("  stageOut: {url: \"s3://b/{pod}/\"}\n  deferContainers:\n  - {name: d, image: x, volumeMounts: [{name: kdefer-work, mountPath: /w}, {name: kdefer-logs-token, mountPath: /t}]}\n"),
+			`spec.deferContainers[0].volumeMounts[1].name: Forbidden: "kdefer-logs-token" is reserved for kdefer`},
+		"defer container mounting kdefer's /tmp": {lintPolicy("  stageOut: {url: \"s3://b/{pod}/\"}\n  deferContainers:\n  - {name: d, image: x, volumeMounts: [{name: kdefer-tmp, mountPath: /scratch}]}\n"),
+			`spec.deferContainers[0].volumeMounts[0].name: Forbidden: "kdefer-tmp" is reserved for kdefer`},
+		"init container named like kdefer's stage-in": {strings.Replace(lintJob(`kdefer.io/stage-out: "s3://b/{pod}/", kdefer.io/credentials: minio`, okMain), "      containers:",
+			"      initContainers: [{name: kdefer-stage-in, image: x, envFrom: [{secretRef: {name: minio}}]}]\n      containers:", 1),
+			`spec.template.spec.initContainers[0].name: "kdefer-stage-in" is reserved for kdefer`},
 		"init container without an image": {strings.Replace(lintJob(`kdefer.io/stage-out: "s3://b/{pod}/"`, okMain), "      containers:", "      initContainers: [{name: setup}]\n      containers:", 1),
 			`spec.template.spec.initContainers[0] (setup).image: is not set`},
 	}

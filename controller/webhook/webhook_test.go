@@ -88,6 +88,11 @@ func TestMutateJob(t *testing.T) {
 			wantDeny: `annotation kdefer.io/policy: DeferPolicy "nope" does not exist in namespace "ns"; fix: create it first`},
 		{name: "bad annotation", job: rt.MakeJob("j", "ns").StageOut("s3://b/{pod}/").Annotation(v1.AnnotationDeadline, "soon").Obj(),
 			wantDeny: "kdefer cannot manage this Job:\n- annotation kdefer.io/deadline: \"soon\" is not a positive duration; fix: use a Go duration such as 30m or 2h"},
+		// The policy has no stage-in: render would have kept the user's
+		// container as its own, with the credentials it asks for.
+		{name: "init container named like kdefer's stage-in", job: rt.MakeJob("j", "ns").Annotation(v1.AnnotationPolicy, "team").
+			InitContainer(corev1.Container{Name: "kdefer-stage-in", Image: "evil", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}}}}).Obj(),
+			wantDeny: `spec.template.spec.initContainers[0].name: "kdefer-stage-in" is reserved for kdefer`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,7 +101,7 @@ func TestMutateJob(t *testing.T) {
 			resp := h.MutateJob(context.Background(), req)
 			if tc.wantDeny != "" {
 				if resp.Allowed || !strings.Contains(resp.Result.Message, tc.wantDeny) {
-					t.Fatalf("allowed=%v message=%q, want denial containing %q", resp.Allowed, resp.Result.Message, tc.wantDeny)
+					t.Fatalf("allowed=%v result=%+v, want denial containing %q", resp.Allowed, resp.Result, tc.wantDeny)
 				}
 				return
 			}
@@ -186,6 +191,12 @@ func TestValidatePolicy(t *testing.T) {
 		{name: "privileged defer container", p: rt.MakePolicy("p", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "d", Image: "x",
 			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}}).Obj(),
 			want: "spec.deferContainers[0].securityContext.runAsUser: Forbidden: defer containers never run as root: defer pods meet the Pod Security Standard restricted; fix: remove runAsUser"},
+		{name: "defer container mounts the logs token", p: rt.MakePolicy("p", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "d", Image: "x",
+			VolumeMounts: []corev1.VolumeMount{{Name: v1.DefaultWorkVolumeName, MountPath: "/w"}, {Name: "kdefer-logs-token", MountPath: "/t"}}}).Obj(),
+			want: `spec.deferContainers[0].volumeMounts[1].name: Forbidden: "kdefer-logs-token" is reserved for kdefer`},
+		{name: "defer container mounts the stage step's /tmp", p: rt.MakePolicy("p", "ns", "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "d", Image: "x",
+			VolumeMounts: []corev1.VolumeMount{{Name: "kdefer-tmp", MountPath: "/scratch"}}}).Obj(),
+			want: `spec.deferContainers[0].volumeMounts[0].name: Forbidden: "kdefer-tmp" is reserved for kdefer`},
 		{name: "mem://", p: rt.MakePolicy("p", "ns", "mem://b/{pod}/").Obj(), want: `spec.stageOut.url: Invalid value: "mem://b/{pod}/"`},
 		{name: "file:// by default", p: rt.MakePolicy("p", "ns", "file:///data/{pod}/").Obj(), want: "spec.stageOut.url: Forbidden: file:// URLs"},
 	} {

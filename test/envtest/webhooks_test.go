@@ -113,6 +113,11 @@ func testWebhooks(t *testing.T, env *envtest.Env) {
 			want: []string{`volume "data" (kdefer.io/work-volume): is a hostPath volume`}},
 		{name: "credentials in main container", job: rt.MakeJob("leak", ns).StageOut("s3://r/{pod}/").Annotation(v1.AnnotationCredentials, "minio").EnvFromSecret(0, "minio").Obj(),
 			want: []string{`receives the credentials Secret "minio"`}},
+		// Not taken for kdefer's own stage-in, which alone gets the Secret.
+		{name: "init container named like kdefer's stage-in", job: rt.MakeJob("forged", ns).StageOut("s3://r/{pod}/").Annotation(v1.AnnotationCredentials, "minio").
+			InitContainer(corev1.Container{Name: "kdefer-stage-in", Image: "busybox", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "minio"}}}}}).Obj(),
+			want: []string{`admission webhook "render.jobs.kdefer.io" denied the request`,
+				`spec.template.spec.initContainers[0].name: "kdefer-stage-in" is reserved for kdefer`, "fix: rename the container"}},
 	}
 	for _, tc := range denials {
 		t.Run(tc.name, func(t *testing.T) { wantDenied(t, env.Client.Create(ctx, tc.job), tc.want...) })
@@ -134,6 +139,13 @@ func testWebhooks(t *testing.T, env *envtest.Env) {
 		wantDenied(t, env.Client.Create(ctx, bad), `admission webhook "validate.deferpolicies.kdefer.io" denied the request`,
 			`spec.triggerRules[0].deferContainers[0]: Invalid value: "notify": names no entry of spec.deferContainers`)
 		reserved := rt.MakePolicy("reserved", ns, "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "stage-out", Image: "x"}).Obj()
-		wantDenied(t, env.Client.Create(ctx, reserved), `spec.deferContainers[0].name: Invalid value: "stage-out"`)
+		wantDenied(t, env.Client.Create(ctx, reserved), `spec.deferContainers[0].name: Forbidden: "stage-out" is reserved for kdefer`)
+		// The defer pod's volumes that are kdefer's: the logs token, /tmp.
+		for _, vol := range []string{"kdefer-logs-token", "kdefer-tmp"} {
+			mounts := rt.MakePolicy("mounts-"+vol[len("kdefer-"):], ns, "s3://b/{pod}/").DeferContainer(corev1.Container{Name: "peek", Image: "x",
+				VolumeMounts: []corev1.VolumeMount{{Name: v1.DefaultWorkVolumeName, MountPath: "/w"}, {Name: vol, MountPath: "/k"}}}).Obj()
+			wantDenied(t, env.Client.Create(ctx, mounts), `admission webhook "validate.deferpolicies.kdefer.io" denied the request`,
+				`spec.deferContainers[0].volumeMounts[1].name: Forbidden: "`+vol+`" is reserved for kdefer`)
+		}
 	})
 }
