@@ -29,8 +29,8 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		kinds[o.GetKind()]++
 	}
 	want := map[string]int{
-		"Namespace": 1, "CustomResourceDefinition": 2, "ServiceAccount": 1, "ClusterRole": 5, "ClusterRoleBinding": 2,
-		"Role": 2, "RoleBinding": 2, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
+		"Namespace": 2, "CustomResourceDefinition": 2, "ServiceAccount": 2, "ClusterRole": 6, "ClusterRoleBinding": 3,
+		"Role": 3, "RoleBinding": 3, "Deployment": 1, "DaemonSet": 1, "PodDisruptionBudget": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
 		"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {
@@ -56,6 +56,30 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 	}
 	if c.LivenessProbe == nil || c.ReadinessProbe == nil {
 		t.Error("manager has no probes")
+	}
+	// The node agent: root (the kubelet's log files are root's) but with no
+	// capability, no escalation, a read-only root file system, and only the
+	// serving pair of its certificate Secret, never the CA key.
+	ds := &appsv1.DaemonSet{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kdefer-node", Name: "kdefer-node"}, ds); err != nil {
+		t.Fatal(err)
+	}
+	asc := ds.Spec.Template.Spec.Containers[0].SecurityContext
+	if asc == nil || !*asc.ReadOnlyRootFilesystem || *asc.AllowPrivilegeEscalation || len(asc.Capabilities.Drop) != 1 || asc.Capabilities.Drop[0] != "ALL" || len(asc.Capabilities.Add) > 0 {
+		t.Errorf("node agent has capabilities, escalation or a writable root FS: %+v", asc)
+	}
+	for _, vol := range ds.Spec.Template.Spec.Volumes {
+		if vol.Secret == nil {
+			continue
+		}
+		for _, it := range vol.Secret.Items {
+			if it.Key == certs.CAKeyKey {
+				t.Errorf("node agent mounts its Secret's %s", certs.CAKeyKey)
+			}
+		}
+		if len(vol.Secret.Items) == 0 {
+			t.Errorf("node agent mounts all of Secret %s, its CA key too", vol.Secret.SecretName)
+		}
 	}
 	// Draining the node of a replica must not pause runs: two replicas
 	// electing a leader, spread over nodes when they can be, and a budget
