@@ -65,7 +65,9 @@ func bigLogBytes(off, n int64) []byte {
 func TestBigRotatedLog(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "biglogs")
-	job := s.job("big", small)
+	w := small
+	w.mode = "exit 0" // its command is replaced below
+	job := s.job("big", w)
 	job.Spec.Template.Spec.Containers[0].Command[2] = fmt.Sprintf(`set -e
 timeout 30 wget -q -O /dev/null %[1]s/ready/$HOSTNAME
 mkdir -p /kdefer/out
