@@ -240,7 +240,7 @@ func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controlle
 // +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=get;create;update
 
 // setupNodeAgentLogs points defer pods at the node agent on their node
-// and, in self-signed mode, keeps the agents' certificate current.
+// and keeps the agents' certificate current.
 func setupNodeAgentLogs(mgr ctrl.Manager, mo ManagerOptions) (controller.LogsEndpoint, error) {
 	ns := mo.NodeAgentNamespace
 	if ns == "" {
