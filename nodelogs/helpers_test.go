@@ -67,9 +67,12 @@ type container struct {
 	n    int // lines written, for timestamps
 }
 
-func newContainer(t *testing.T, s *Spool, p Pod, ctr string) *container {
+// testContainer is the container the tests' pods write as.
+const testContainer = "main"
+
+func newContainer(t *testing.T, s *Spool, p Pod) *container {
 	t.Helper()
-	c := &container{t: t, dir: logDir(s, p, ctr)}
+	c := &container{t: t, dir: logDir(s, p, testContainer)}
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -153,10 +156,10 @@ func checkLog(t *testing.T, s *Spool, p Pod, ref stagecontract.LogRef, want stri
 	}
 }
 
-// links lists the spool directory of container ctr of p.
-func links(t *testing.T, s *Spool, p Pod, ctr string) []string {
+// links lists the spool directory of p's testContainer.
+func links(t *testing.T, s *Spool, p Pod) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(s.Dir, string(p.UID), ctr))
+	entries, err := os.ReadDir(filepath.Join(s.Dir, string(p.UID), testContainer))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
@@ -178,11 +181,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// waitLinks waits until the spool holds n links of container ctr of p.
-func waitLinks(t *testing.T, s *Spool, p Pod, ctr string, n int) {
+// waitLinks waits until the spool holds n links of p's testContainer.
+func waitLinks(t *testing.T, s *Spool, p Pod, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d links", n), func() bool { return len(links(t, s, p, ctr)) >= n })
-	if got := links(t, s, p, ctr); len(got) != n {
+	waitFor(t, fmt.Sprintf("%d links", n), func() bool { return len(links(t, s, p)) >= n })
+	if got := links(t, s, p); len(got) != n {
 		t.Fatalf("links: %s, want %d", strings.Join(got, " "), n)
 	}
 }

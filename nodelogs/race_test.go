@@ -32,7 +32,7 @@ func TestRaceWriterAndKubelet(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
-		c := newContainer(t, s, p, "main")
+		c := newContainer(t, s, p)
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 		c.open("0.log")
 		wrote := make(chan struct{})

@@ -16,7 +16,7 @@ import (
 func TestRestart(t *testing.T) {
 	s := newSpool(t, time.Hour)
 	p := testPod("p")
-	c := newContainer(t, s, p, "main")
+	c := newContainer(t, s, p)
 
 	// Written in this order, but created in another: a listing sorts by
 	// name and the inodes come in creation order, neither is write order.
@@ -48,7 +48,7 @@ func TestRestart(t *testing.T) {
 
 	s.Keep(p)
 	wantLinks := []string{"000000-000000.log", "000000-000001.log", "000000-000002.log", "000001-000003.log", "000001-000004.log"}
-	got := links(t, s, p, "main")
+	got := links(t, s, p)
 	if !slices.Equal(got, wantLinks) {
 		t.Fatalf("links: %v, want %v", got, wantLinks)
 	}
@@ -68,7 +68,7 @@ func TestRestart(t *testing.T) {
 	// The agent restarts; the kubelet's files are still there.
 	s2 := restarted(t, s)
 	s2.Keep(p)
-	if got := links(t, s2, p, "main"); !slices.Equal(got, wantLinks) {
+	if got := links(t, s2, p); !slices.Equal(got, wantLinks) {
 		t.Fatalf("links after a restart: %v, want %v (nothing linked twice)", got, wantLinks)
 	}
 	// A rotation after the restart: the new file comes after the old links.
@@ -81,7 +81,7 @@ func TestRestart(t *testing.T) {
 	c.line("stdout", "F", "attempt 1, after the rotation")
 	c.close()
 	s2.Keep(p) // a rescan
-	if got, want := links(t, s2, p, "main"), append(slices.Clone(wantLinks), "000001-000005.log"); !slices.Equal(got, want) {
+	if got, want := links(t, s2, p), append(slices.Clone(wantLinks), "000001-000005.log"); !slices.Equal(got, want) {
 		t.Fatalf("links after a rotation: %v, want %v", got, want)
 	}
 

@@ -88,20 +88,20 @@ func TestRotation(t *testing.T) {
 	p := testPod("p")
 	s.Keep(p)
 	run(t, s)
-	c := newContainer(t, s, p, "main")
+	c := newContainer(t, s, p)
 	c.open("0.log")
 	c.line("stdout", "F", "generation 0")
-	waitLinks(t, s, p, "main", 1)
+	waitLinks(t, s, p, 1)
 	r := &rotation{t: t, c: c, live: "0.log", at: time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)}
 	for gen := 1; gen <= 3; gen++ {
 		c.line("stdout", "P", fmt.Sprintf("end of generation %d, ", gen-1))
 		r.rotate()
 		c.line("stdout", "F", fmt.Sprintf("generation %d", gen))
 		// Linked once: the rotated file is the inode already linked.
-		waitLinks(t, s, p, "main", gen+1)
+		waitLinks(t, s, p, gen+1)
 		r.compress(2)
 		time.Sleep(60 * time.Millisecond) // a resync in between
-		waitLinks(t, s, p, "main", gen+1)
+		waitLinks(t, s, p, gen+1)
 	}
 	c.close()
 	checkLog(t, s, p, mainLog, c.take())
@@ -114,9 +114,9 @@ func TestRotationLarge(t *testing.T) {
 	p := testPod("p")
 	s.Keep(p)
 	run(t, s)
-	c := newContainer(t, s, p, "main")
+	c := newContainer(t, s, p)
 	c.open("0.log")
-	waitLinks(t, s, p, "main", 1)
+	waitLinks(t, s, p, 1)
 	r := &rotation{t: t, c: c, live: "0.log", at: time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)}
 	rng := rand.New(rand.NewPCG(1, 2))
 	const alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 \t.,;:!?"
@@ -152,7 +152,7 @@ func TestRotationLarge(t *testing.T) {
 		if size > maxSize {
 			r.rotate()
 			gens++
-			waitLinks(t, s, p, "main", gens)
+			waitLinks(t, s, p, gens)
 			r.compress(5)
 			size = 0
 		}
@@ -172,7 +172,7 @@ func TestRotationLarge(t *testing.T) {
 func TestRotationWhileScanning(t *testing.T) {
 	s := newSpool(t, time.Hour)
 	p := testPod("p")
-	c := newContainer(t, s, p, "main")
+	c := newContainer(t, s, p)
 	c.open("0.log")
 	s.Keep(p)
 	r := &rotation{t: t, c: c, live: "0.log", at: time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)}

@@ -21,7 +21,7 @@ var mainLog = stagecontract.LogRef{Container: "main"}
 func TestKeptAfterKubeletRemoval(t *testing.T) {
 	s := newSpool(t, time.Hour)
 	p := testPod("p")
-	c := newContainer(t, s, p, "main")
+	c := newContainer(t, s, p)
 	c.open("0.log")
 	c.line("stdout", "F", "hello world")
 	c.line("stderr", "F", "warning: on stderr")
@@ -53,7 +53,7 @@ func TestKeptAfterKubeletRemoval(t *testing.T) {
 func TestPreviousAttempt(t *testing.T) {
 	s := newSpool(t, time.Hour)
 	p := testPod("p")
-	c := newContainer(t, s, p, "main")
+	c := newContainer(t, s, p)
 	s.Keep(p)
 	c.open("0.log")
 	c.line("stdout", "F", "attempt 0")
@@ -92,7 +92,7 @@ func TestForgetAndPrune(t *testing.T) {
 	s := newSpool(t, time.Hour)
 	pods := []Pod{testPod("a"), testPod("b"), testPod("c")}
 	for _, p := range pods {
-		c := newContainer(t, s, p, "main")
+		c := newContainer(t, s, p)
 		c.open("0.log")
 		c.line("stdout", "F", "I am "+p.Name)
 		c.close()
@@ -119,7 +119,7 @@ func TestForgetAndPrune(t *testing.T) {
 		}
 	}
 	// Forgotten: a new file is not linked any more, even by Open's rescan.
-	c := newContainer(t, s, a, "main")
+	c := newContainer(t, s, a)
 	c.open("1.log")
 	c.line("stdout", "F", "after Forget")
 	c.close()
@@ -160,7 +160,7 @@ func TestRefusesBadNamesAndSpecialFiles(t *testing.T) {
 		}
 	}
 
-	c := newContainer(t, s, p, "main")
+	c := newContainer(t, s, p)
 	c.open("0.log")
 	c.line("stdout", "F", "the only file")
 	c.close()
@@ -199,7 +199,7 @@ func TestRefusesBadNamesAndSpecialFiles(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Keep hangs (on the fifo?)")
 	}
-	if got := links(t, s, p, "main"); len(got) != 1 || got[0] != "000000-000000.log" {
+	if got := links(t, s, p); len(got) != 1 || got[0] != "000000-000000.log" {
 		t.Fatalf("links: %v, want 0.log's only", got)
 	}
 	if _, err := os.Lstat(filepath.Join(s.Dir, string(p.UID), "side")); !errors.Is(err, os.ErrNotExist) {

@@ -71,8 +71,8 @@ type Server struct {
 // logs, a stage-logs sidecar the same; a pod that asks far more is not one
 // of them, and each request costs the apiserver reads.
 const (
-	sourceRate  rate.Limit = 20
-	sourceBurst            = 100
+	sourceRate  = rate.Limit(20)
+	sourceBurst = 100
 	// sourcesMax bounds the limiters kept; a full map is emptied.
 	sourcesMax = 4096
 )

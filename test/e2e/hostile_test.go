@@ -52,7 +52,7 @@ func TestHostileVolume(t *testing.T) {
 			if tc.mountPath != "" {
 				job.Annotations[v1.AnnotationWorkMountPath] = tc.mountPath
 			}
-			job.Spec.Template.Spec = s.podSpec("main", script)
+			job.Spec.Template.Spec = s.podSpec("job", script)
 			s.create(job)
 			pod := s.waitReady(time.Minute)
 			prefix := s.ns + "/sim/" + pod + "/"
