@@ -119,11 +119,21 @@ func LogsIndexOf(pod *corev1.Pod) stagecontract.LogsIndex {
 	idx := stagecontract.LogsIndex{Pod: pod.Name, Logs: []stagecontract.LogRef{}}
 	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
 		idx.Logs = append(idx.Logs, stagecontract.LogRef{Container: c.Name})
-		if restarts[c.Name] > 0 {
+		if restarts[c.Name] > 0 && canRestart(pod, c) {
 			idx.Logs = append(idx.Logs, stagecontract.LogRef{Container: c.Name, Previous: true})
 		}
 	}
 	return idx
+}
+
+// canRestart says whether c of pod can have had an attempt before its
+// last. Under restartPolicy Never only a native sidecar restarts: a
+// restart count there is the kubelet's for a container it lost (it counts
+// one when an evicted pod's container is gone before its status was read,
+// ContainerStatusUnknown), not an attempt with a log.
+func canRestart(pod *corev1.Pod, c corev1.Container) bool {
+	return pod.Spec.RestartPolicy != corev1.RestartPolicyNever ||
+		(c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways)
 }
 
 // StepLogsIndexOf lists the logs of a defer pod's defer containers (their

@@ -2,6 +2,7 @@ package logsendpoint_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,18 @@ func TestLogsIndexOf(t *testing.T) {
 		if got.Logs[i] != want[i] {
 			t.Errorf("log %d = %+v, want %+v", i, got.Logs[i], want[i])
 		}
+	}
+	// Under restartPolicy Never a restart count is the kubelet's for a
+	// container it lost (ContainerStatusUnknown after an eviction): there is
+	// no attempt before, and listing one would be a warning about a log
+	// that never was. A native sidecar still restarts.
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.InitContainers[0].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	pod.Status.InitContainerStatuses[0].RestartCount = 1
+	got = logsendpoint.LogsIndexOf(pod)
+	want = []stagecontract.LogRef{{Container: "setup"}, {Container: "setup", Previous: true}, {Container: "main"}, {Container: "side"}}
+	if !slices.Equal(got.Logs, want) {
+		t.Errorf("index under restartPolicy Never = %+v, want %+v", got.Logs, want)
 	}
 }
 
