@@ -40,9 +40,11 @@ func TestLogsEndpointEnvtest(t *testing.T) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
 	must(t, h.c.Create(ctx, sa))
 
-	// The ended pod: its main container failed once, then for good.
+	// The ended pod: its main container failed once, was restarted in
+	// place (restartPolicy OnFailure), then failed for good.
 	ended := kt.MakePod("job-x", ns).OnNode(node).Obj()
 	ended.UID, ended.Status = "", corev1.PodStatus{}
+	ended.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 	// What the ServiceAccount admission plugin (off in envtest) sets: a
 	// token can only be bound to a pod of its own service account.
 	ended.Spec.ServiceAccountName = sa.Name
