@@ -39,6 +39,46 @@ type DeferPodOptions struct {
 	MaxDeadline time.Duration
 	// Logs is the endpoint stage-out steps fetch the ended pod's logs from.
 	Logs LogsEndpoint
+	// DeferContainerLimits are the limits of a user defer container that
+	// sets none of its own, each resource alone (kdefer-controller
+	// --defer-container-memory-limit, --defer-container-cpu-limit; empty:
+	// DefaultDeferContainerLimits). Defer pods run at a critical priority,
+	// which the kubelet may evict other pods to admit: tenant code there
+	// must not take the node's memory or cores without a bound.
+	DeferContainerLimits corev1.ResourceList
+}
+
+// DefaultDeferContainerLimits bound a user defer container that sets no
+// limits: room for an uploader or a notifier, not for a computation.
+var DefaultDeferContainerLimits = corev1.ResourceList{
+	corev1.ResourceMemory: resource.MustParse("512Mi"),
+	corev1.ResourceCPU:    resource.MustParse("1"),
+}
+
+// withDefaultLimits gives c each of limits it sets no limit for, and a
+// request of zero for each such resource it requests nothing of: otherwise
+// the apiserver would default the request to the limit, and a critical pod
+// asking for a whole core could be refused on a full node, or make the
+// kubelet evict another pod to fit.
+func withDefaultLimits(c *corev1.Container, limits corev1.ResourceList) {
+	if len(limits) == 0 {
+		limits = DefaultDeferContainerLimits
+	}
+	for name, q := range limits {
+		if _, ok := c.Resources.Limits[name]; ok {
+			continue
+		}
+		if c.Resources.Limits == nil {
+			c.Resources.Limits = corev1.ResourceList{}
+		}
+		c.Resources.Limits[name] = q.DeepCopy()
+		if _, ok := c.Resources.Requests[name]; !ok {
+			if c.Resources.Requests == nil {
+				c.Resources.Requests = corev1.ResourceList{}
+			}
+			c.Resources.Requests[name] = resource.MustParse("0")
+		}
+	}
 }
 
 // EffectiveDeadline is the deadline a run gets: the policy's (default
@@ -168,6 +208,7 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 			c.VolumeMounts = append(c.VolumeMounts, workMounts(run, mountPath, false)...)
 		}
 		c.SecurityContext = restricted(c.SecurityContext)
+		withDefaultLimits(&c, opts.DeferContainerLimits)
 		if c.TerminationMessagePolicy == "" {
 			c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 		}

@@ -18,6 +18,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zerologr"
 	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -59,6 +61,18 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&mo.DeferPod.StageImage, "stage-image", v1.DefaultStageImage(), "image of kdefer-stage for stage-out steps")
 	fs.DurationVar(&mo.DeferPod.MaxDeadline, "max-deadline", app.DefaultMaxDeadline, "cap on every defer run's deadline, whatever a DeferPolicy or Job annotation asks (0: no cap); a defer pod makes kubectl drain wait at most this long")
 	fs.StringVar(&mo.DeferPod.PriorityClassName, "defer-priority-class", controller.DefaultDeferPriorityClass, "priority class of defer pods whose DeferPolicy names none (\"\": none); a critical class is what the kubelet admits under disk pressure")
+	mo.DeferPod.DeferContainerLimits = controller.DefaultDeferContainerLimits.DeepCopy()
+	for _, r := range []corev1.ResourceName{corev1.ResourceMemory, corev1.ResourceCPU} {
+		def := mo.DeferPod.DeferContainerLimits[r]
+		fs.Func("defer-container-"+string(r)+"-limit", "the "+string(r)+" limit of a user defer container that sets none (default "+def.String()+")", func(v string) error {
+			q, err := resource.ParseQuantity(v)
+			if err != nil || q.Sign() <= 0 {
+				return fmt.Errorf("want a positive quantity, got %q", v)
+			}
+			mo.DeferPod.DeferContainerLimits[r] = q
+			return nil
+		})
+	}
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
