@@ -35,6 +35,13 @@ type Manifest struct {
 	// TotalBytes is the sum of Files[].Size.
 	TotalBytes int64          `json:"totalBytes"`
 	Files      []ManifestFile `json:"files"`
+	// Links lists the names under the root that a stage-out recorded as
+	// links instead of storing their content: the other names of a file
+	// stored once (hard), and symbolic links that resolve inside the root.
+	// Absent when there are none, so that such a manifest is read by every
+	// kdefer-stage; a kdefer-stage that does not know the field refuses a
+	// manifest that has it rather than lose the links.
+	Links []ManifestLink `json:"links,omitempty"`
 	// Unsaved lists the files under the root that were not stored, each with
 	// the reason. Empty means the manifest covers every file the filters chose.
 	Unsaved []UnsavedFile `json:"unsaved,omitempty"`
@@ -86,6 +93,31 @@ type ManifestFile struct {
 	// so that manifests without a cut log stay readable by a kdefer-stage
 	// that does not know the field (it refuses unknown fields).
 	Truncated *LogTruncation `json:"truncated,omitempty"`
+}
+
+// The kinds of ManifestLink.
+const (
+	LinkHard     = "hard"
+	LinkSymbolic = "symbolic"
+)
+
+// ManifestLink is a name a stage-out recorded as a link, restored by
+// stage-in as the same kind of link.
+type ManifestLink struct {
+	// path is the link's path relative to the root, written as a file's key
+	// is: the name itself, or, for a name the store could not hold, its
+	// encoded form under _kdefer/names/ (storage.EncodeName). It names no
+	// object.
+	Path string `json:"path"`
+	// kind is "hard" or "symbolic"; a stage-in refuses a kind it does not
+	// know.
+	Kind string `json:"kind"`
+	// target is, for a hard link, the key of the files entry whose content
+	// the link shares (the first name of the file the walk met); for a
+	// symbolic link, the link's text as written: relative, and resolving
+	// inside the root, through the manifest's other symbolic links
+	// included.
+	Target string `json:"target"`
 }
 
 // The checksums a manifest records on request, besides CRC32C (the keys of

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
@@ -30,6 +31,7 @@ func (e *engine) stored(f *file, skipped bool) {
 	rec, err := json.Marshal(mf)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.storedTarget(f.rel)
 	if err == nil {
 		err = e.results.add(rec)
 	}
@@ -62,6 +64,13 @@ func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) e
 	if e.resultsErr != nil {
 		return e.resultsErr
 	}
+	links, err := e.keptLinks()
+	if err != nil {
+		return err
+	}
+	defer links.close()
+	m.Unsaved = e.unsavedFiles // keptLinks may have added some
+	slices.SortFunc(m.Unsaved, func(a, b stagecontract.UnsavedFile) int { return strings.Compare(a.Path, b.Path) })
 	if !e.wrote && e.hasManifest {
 		// Nothing changed this run: keep the earlier manifest if it lists
 		// exactly these files, and rewrite nothing. (This reads both lists
@@ -69,14 +78,18 @@ func (e *engine) writeManifest(ctx context.Context, m *stagecontract.Manifest) e
 		old, err := storage.ReadManifest(ctx, e.be, e.manifestKey, e.o.Retry)
 		if err == nil {
 			files, err := e.entries()
-			if err == nil && storage.SameFiles(old.Files, files) && slices.Equal(old.Unsaved, m.Unsaved) {
+			var ls []stagecontract.ManifestLink
+			if err == nil {
+				ls, err = linkEntries(links)
+			}
+			if err == nil && storage.SameFiles(old.Files, files) && slices.Equal(old.Unsaved, m.Unsaved) && slices.Equal(old.Links, ls) {
 				*m = *old
 				return nil
 			}
 		}
 	}
 	m.End = e.o.Clock.Now().UTC()
-	body, size, err := e.manifestBody(m)
+	body, size, err := e.manifestBody(m, links)
 	if err != nil {
 		return err
 	}
@@ -104,9 +117,10 @@ func (e *engine) entries() ([]stagecontract.ManifestFile, error) {
 	return files, err
 }
 
-// manifestBody writes m, with the spilled entries spliced in as its files,
-// to an unlinked temporary file (memory when none can be made).
-func (e *engine) manifestBody(m *stagecontract.Manifest) (io.ReaderAt, int64, error) {
+// manifestBody writes m, with the spilled entries spliced in as its files
+// and the links after them, to an unlinked temporary file (memory when none
+// can be made).
+func (e *engine) manifestBody(m *stagecontract.Manifest, links *spill) (io.ReaderAt, int64, error) {
 	m.Files = []stagecontract.ManifestFile{}
 	head, err := m.Marshal()
 	m.Files = nil
@@ -141,7 +155,20 @@ func (e *engine) manifestBody(m *stagecontract.Manifest) (io.ReaderAt, int64, er
 	if sep != "\n  " {
 		bw.write([]byte("\n "))
 	}
-	bw.write(head[i:])
+	// head[i:] starts with the files' closing bracket.
+	bw.write(head[i : i+1])
+	if err == nil && links.n > 0 {
+		bw.write([]byte(`,` + "\n " + `"links": [`))
+		sep = "\n  "
+		err = links.each(func(rec []byte) error {
+			bw.write([]byte(sep))
+			bw.write(rec)
+			sep = ",\n  "
+			return bw.err
+		})
+		bw.write([]byte("\n ]"))
+	}
+	bw.write(head[i+1:])
 	if err == nil {
 		err = bw.flush()
 	}

@@ -44,9 +44,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -139,7 +137,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Walk first: the listing below is then one request, and progress
 	// knows the total. The files chosen go to a temporary file, not memory;
 	// what the walk cannot stage is unsaved, not fatal.
-	e := &engine{o: o, root: root, prog: storage.NewProgress(o.Clock), prefix: loc.Prefix, prefixURL: loc.String(), manifestKey: loc.Prefix + stagecontract.ManifestKey}
+	e := &engine{o: o, root: root, prog: storage.NewProgress(o.Clock), prefix: loc.Prefix, prefixURL: loc.String(), manifestKey: loc.Prefix + stagecontract.ManifestKey, hardTargets: map[string]bool{}}
 	warn := func(err error) {
 		o.Log.Warn().Str("error", err.Error()).Msg("keep the file list in memory: no temporary file")
 	}
@@ -147,15 +145,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer files.close()
 	e.results = newSpill(func(error) {})
 	defer e.results.close()
+	e.links = newSpill(func(error) {})
+	defer e.links.close()
 	var spillErr error
-	err = walk.Walk(ctx, root, walk.Options{Name: o.From, Prefix: loc.Prefix, Filter: filter, OpenTimeout: o.OpenTimeout, Log: o.Log}, func(wf walk.File) {
+	err = walk.Walk(ctx, root, walk.Options{Name: o.From, Prefix: loc.Prefix, Filter: filter, OpenTimeout: o.OpenTimeout, Log: o.Log}, walk.Visitor{File: func(wf walk.File) {
 		f := file{rel: wf.Rel, key: wf.Key, encoded: wf.Encoded, size: wf.Size, mtime: wf.ModTime}
 		e.prog.FilesTotal.Add(1)
 		e.prog.BytesTotal.Add(f.size)
 		if err := files.add(fileRecord(f)); err != nil && spillErr == nil {
 			spillErr = err
 		}
-	}, e.unsaved)
+	}, Link: e.link, Skip: e.unsaved})
 	if err == nil {
 		err = spillErr
 	}
@@ -229,12 +229,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Every object is stored: now, and only now, the manifest.
 	m := &stagecontract.Manifest{
 		Version: stagecontract.ManifestVersion, Tool: "kdefer-stage " + o.Version, Prefix: loc.String(),
-		Identity: identity(o.Env), Start: start.UTC(), TotalBytes: e.totalBytes, Unsaved: e.unsavedFiles, Logs: logs,
+		Identity: identity(o.Env), Start: start.UTC(), TotalBytes: e.totalBytes, Logs: logs,
 		LogWarnings: logWarnings,
 	}
 	m.Trigger, _ = o.Env(stagecontract.EnvTrigger)
 	m.ExitCode, _ = o.Env(stagecontract.EnvExitCode)
-	slices.SortFunc(m.Unsaved, func(a, b stagecontract.UnsavedFile) int { return strings.Compare(a.Path, b.Path) })
 	if err := e.writeManifest(ctx, m); err != nil {
 		return Result{}, err
 	}
@@ -297,10 +296,12 @@ type engine struct {
 	manifestKey string
 
 	mu           sync.Mutex
-	hasManifest  bool   // a manifest from an earlier run exists
-	wrote        bool   // this run stored an object
-	results      *spill // manifest entries (JSON) of the files stored
-	totalBytes   int64  // of the files stored
+	hasManifest  bool            // a manifest from an earlier run exists
+	wrote        bool            // this run stored an object
+	results      *spill          // manifest entries (JSON) of the files stored
+	links        *spill          // manifest entries (JSON) of the links (links.go)
+	hardTargets  map[string]bool // files hard links name: stored yet?
+	totalBytes   int64           // of the files stored
 	resultsErr   error
 	unsavedFiles []stagecontract.UnsavedFile
 }

@@ -185,3 +185,116 @@ func retryEINTR(f func() (int, error)) (int, error) {
 		}
 	}
 }
+
+// OpenDirAt opens the directory name in the open directory parent, relative
+// to parent's descriptor: one openat with dirFlags (no link followed, no
+// FIFO or device opened), bounded in time (openWithin; 0:
+// DefaultOpenTimeout). A walk that opens each directory this way costs one
+// open per directory at any depth, where opening by its path from the root
+// costs one per component (quadratic in the depth), and no path grows
+// past PATH_MAX. p names the directory in errors. The caller closes it.
+func OpenDirAt(ctx context.Context, parent *os.File, name, p string, timeout time.Duration) (*os.File, error) {
+	if timeout <= 0 {
+		timeout = DefaultOpenTimeout
+	}
+	return openWithin(ctx, timeout, p, func() (*os.File, error) {
+		var fd int
+		err := withFd(parent, func(pfd int) error {
+			var err error
+			fd, err = retryEINTR(func() (int, error) { return unix.Openat(pfd, name, dirFlags, 0) })
+			return err
+		})
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+		}
+		return os.NewFile(uintptr(fd), p), nil
+	})
+}
+
+// withFd runs fn with f's descriptor, which stays open meanwhile
+// (SyscallConn: unlike Fd, it leaves the file's mode alone).
+func withFd(f *os.File, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// ReadlinkAt returns the text of the symbolic link name in the open
+// directory dir.
+func ReadlinkAt(dir *os.File, name string) (string, error) {
+	var target string
+	err := withFd(dir, func(fd int) error {
+		buf := make([]byte, 256)
+		for {
+			n, err := unix.Readlinkat(fd, name, buf)
+			if err != nil {
+				return err
+			}
+			if n < len(buf) {
+				target = string(buf[:n])
+				return nil
+			}
+			if len(buf) >= 1<<16 {
+				return unix.ENAMETOOLONG
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+	})
+	return target, err
+}
+
+// LstatAt is Lstat of the entry name in the open directory dir, relative to
+// its descriptor (fstatat): the DirEntry of a directory opened by OpenDirAt
+// would stat its path instead. Sys returns a *unix.Stat_t.
+func LstatAt(dir *os.File, name string) (fs.FileInfo, error) {
+	st := &unix.Stat_t{}
+	err := withFd(dir, func(fd int) error {
+		for {
+			err := unix.Fstatat(fd, name, st, unix.AT_SYMLINK_NOFOLLOW)
+			if !errors.Is(err, unix.EINTR) {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return &statInfo{name: name, st: st}, nil
+}
+
+// statInfo is the fs.FileInfo of a unix.Stat_t.
+type statInfo struct {
+	name string
+	st   *unix.Stat_t
+}
+
+func (s *statInfo) Name() string       { return s.name }
+func (s *statInfo) Size() int64        { return s.st.Size }
+func (s *statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s *statInfo) IsDir() bool        { return s.Mode().IsDir() }
+func (s *statInfo) Sys() any           { return s.st }
+
+func (s *statInfo) Mode() fs.FileMode {
+	m := fs.FileMode(s.st.Mode & 0o777)
+	switch uint32(s.st.Mode) & unix.S_IFMT { //nolint:unconvert // Mode is uint16 on some platforms
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	}
+	return m
+}

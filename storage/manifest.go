@@ -16,8 +16,8 @@ const maxManifestSize = 256 << 20
 
 // ParseManifest decodes and validates a manifest. Everything stage-in will
 // use is checked here, so a hostile manifest is refused before anything is
-// written: keys must pass CheckRel and be unique, sizes non-negative and
-// checksums well formed.
+// written: keys must pass CheckRel and be unique, sizes non-negative,
+// checksums well formed, and links stay inside the tree (checkLinks).
 func ParseManifest(data []byte) (*stagecontract.Manifest, error) {
 	if len(data) > maxManifestSize {
 		return nil, fmt.Errorf("manifest is %d bytes, more than the %d accepted", len(data), maxManifestSize)
@@ -57,6 +57,9 @@ func ParseManifest(data []byte) (*stagecontract.Manifest, error) {
 		if total < 0 {
 			return nil, fmt.Errorf("manifest sizes overflow")
 		}
+	}
+	if err := checkLinks(m.Links, seen); err != nil {
+		return nil, err
 	}
 	if total != m.TotalBytes {
 		return nil, fmt.Errorf("manifest totalBytes %d is not the sum of file sizes %d", m.TotalBytes, total)

@@ -108,6 +108,12 @@ func ReadDir(ctx context.Context, root *os.Root, dir string, timeout time.Durati
 		return err
 	}
 	defer f.Close()
+	return ReadDirFile(ctx, f, fn)
+}
+
+// ReadDirFile is ReadDir of a directory already open (OpenDirAt), which it
+// does not close.
+func ReadDirFile(ctx context.Context, f *os.File, fn func(fs.DirEntry) error) error {
 	for {
 		ents, err := f.ReadDir(readDirBatch)
 		for _, d := range ents {

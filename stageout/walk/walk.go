@@ -12,10 +12,13 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/storage"
 )
 
@@ -24,15 +27,39 @@ import (
 const (
 	ReasonVanished   = "vanished after the walk"
 	ReasonNotRegular = "not a regular file"
+	// A symbolic link whose text is absolute, or goes up past the root, or
+	// that resolves out of it through other links.
+	ReasonLinkOut = "symbolic link leads out of the directory"
+	// A symbolic link to nothing, inside the root.
+	ReasonLinkDangling = "symbolic link leads to nothing"
+	// A symbolic link whose text a manifest cannot record (JSON carries
+	// valid UTF-8 only) or the kernel would not follow.
+	ReasonLinkText = "symbolic link text is not valid UTF-8, or longer than PATH_MAX"
 )
 
 // File is a file the walk chose: its path relative to the root, its object
-// key, and what Lstat (or, for a link, Stat) said of it.
+// key, and what Lstat said of it.
 type File struct {
 	Rel, Key string
 	Encoded  bool // Key is not Rel (storage.EncodeName)
 	Size     int64
 	ModTime  time.Time
+}
+
+// Link is a name the walk chose that is stored as a link: another name of
+// a file already chosen (Kind stagecontract.LinkHard, Target that File's
+// Rel), or a symbolic link that resolves inside the root
+// (stagecontract.LinkSymbolic, Target its text as written).
+type Link struct {
+	Rel, Target, Kind string
+}
+
+// Visitor is what the walk reports to: each file to store, each link to
+// record, and each entry it chose but cannot stage, with the reason.
+type Visitor struct {
+	File func(File)
+	Link func(Link)
+	Skip func(rel, reason string)
 }
 
 // Reason turns a local error met opening or reading a file into the reason
@@ -67,105 +94,214 @@ type Options struct {
 	Log         zerolog.Logger
 }
 
-// Walk calls emit for every regular file under root the filter chooses, and
-// skip for what it chose but cannot stage (unreadable directories, special
-// files, names the store cannot hold) with the reason: one bad entry must
-// not cost the others. Only an unreadable root is an error.
+// Walk reports every entry under root the filter chooses to v: each
+// regular file once per inode (v.File; its other names v.Link, hard), each
+// symbolic link that resolves inside root (v.Link, symbolic), and what it
+// cannot stage (unreadable directories, special files, symbolic links
+// leading out or to nothing, names the store cannot hold) to v.Skip with
+// the reason: one bad entry must not cost the others. Only an unreadable
+// root is an error.
 //
-// It reads directories through root (os.Root: nothing outside it is ever
-// reached) with storage.ReadDir: any name, directories opened as
-// directories only, non-blocking and bounded in time. Symlinks are followed
-// only to regular files inside root; symlinked directories are not followed
-// (no loops, no escapes). Entries come in directory order, not sorted.
-func Walk(ctx context.Context, root *os.Root, o Options, emit func(File), skip func(rel, reason string)) error {
-	w := &walker{root: root, o: o, emit: emit, skip: skip}
+// Each directory is opened relative to its parent's descriptor
+// (storage.OpenDirAt: a directory only, no link followed, non-blocking,
+// bounded in time) and its entries stat'ed relative to it, so a walk costs
+// a few system calls per entry at any depth, and holds one descriptor per
+// level of the directory it is in. Symbolic links are never followed:
+// whether one resolves inside root is asked of root (os.Root: nothing
+// outside it is ever reached). Entries come in directory order, not sorted.
+func Walk(ctx context.Context, root *os.Root, o Options, v Visitor) error {
+	w := &walker{root: root, o: o, v: v, inodes: map[inode]*inodeNames{}}
 	name := o.Name
 	if name == "" {
 		name = root.Name()
 	}
-	dirs := []string{"."}
-	for len(dirs) > 0 {
-		dir := dirs[len(dirs)-1]
-		dirs = dirs[:len(dirs)-1]
-		sub, err := w.dir(ctx, dir)
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("walk %s: %w", strconv.Quote(name), cerr)
+	top, err := storage.OpenFile(ctx, root, ".", os.O_RDONLY|syscall.O_DIRECTORY, o.OpenTimeout)
+	if err == nil {
+		var fr *frame
+		fr, err = w.list(ctx, top, ".")
+		if err == nil {
+			w.stack = append(w.stack, fr)
 		}
-		if err != nil && dir == "." {
-			return storage.Unreadable("walk "+strconv.Quote(name), os.Geteuid(), os.Getegid(), err)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("walk %s: %w", strconv.Quote(name), cerr)
+	}
+	if err != nil {
+		return storage.Unreadable("walk "+strconv.Quote(name), os.Geteuid(), os.Getegid(), err)
+	}
+	for len(w.stack) > 0 {
+		fr := w.stack[len(w.stack)-1]
+		if len(fr.subs) == 0 {
+			fr.f.Close()
+			w.stack = w.stack[:len(w.stack)-1]
+			continue
+		}
+		sub := fr.subs[0]
+		fr.subs = fr.subs[1:]
+		p := join(fr.rel, sub)
+		f, err := storage.OpenDirAt(ctx, fr.f, sub, p, o.OpenTimeout)
+		var next *frame
+		if err == nil {
+			next, err = w.list(ctx, f, p)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			w.closeAll()
+			return fmt.Errorf("walk %s: %w", strconv.Quote(name), cerr)
 		}
 		if err != nil {
 			// A directory that cannot be listed loses what it holds, but
 			// only that; whether it held chosen files is not known.
-			skip(dir, Reason(err))
+			w.v.Skip(p, Reason(err))
+			continue
 		}
-		for k := len(sub) - 1; k >= 0; k-- { // first subdirectory first
-			dirs = append(dirs, sub[k])
-		}
+		w.stack = append(w.stack, next)
 	}
 	return nil
 }
 
-type walker struct {
-	root *os.Root
-	o    Options
-	emit func(File)
-	skip func(rel, reason string)
+func join(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return dir + "/" + name
 }
 
-// dir visits the entries of dir and returns its subdirectories. A
+// frame is a directory being walked: open, listed, with the subdirectories
+// still to walk.
+type frame struct {
+	f    *os.File
+	rel  string
+	subs []string
+}
+
+// inode names a file across its hard links.
+type inode struct{ dev, ino uint64 }
+
+// inodeNames is the first name the walk chose of a file with more than one
+// link, and how many of its links it has not met yet: the entry is dropped
+// once all are met, so memory holds only files whose links are still to
+// come.
+type inodeNames struct {
+	rel  string
+	left uint64
+}
+
+type walker struct {
+	root   *os.Root
+	o      Options
+	v      Visitor
+	stack  []*frame
+	inodes map[inode]*inodeNames
+}
+
+func (w *walker) closeAll() {
+	for _, fr := range w.stack {
+		fr.f.Close()
+	}
+	w.stack = nil
+}
+
+// list visits the entries of the open directory f, at rel, and returns it
+// as a frame with its subdirectories, or closes it on an error. A
 // directory swapped for a FIFO after its parent was listed is refused at
-// once (storage.ReadDir) instead of blocking the walk for good.
-func (w *walker) dir(ctx context.Context, dir string) ([]string, error) {
-	var sub []string
-	err := storage.ReadDir(ctx, w.root, dir, w.o.OpenTimeout, func(d fs.DirEntry) error {
-		p := d.Name()
-		if dir != "." {
-			p = dir + "/" + p
-		}
+// once (storage.OpenDirAt) instead of blocking the walk for good.
+func (w *walker) list(ctx context.Context, f *os.File, rel string) (*frame, error) {
+	fr := &frame{f: f, rel: rel}
+	err := storage.ReadDirFile(ctx, f, func(d fs.DirEntry) error {
 		if d.IsDir() {
-			sub = append(sub, p)
+			fr.subs = append(fr.subs, d.Name())
 		} else {
-			w.entry(p, d)
+			w.entry(f, join(rel, d.Name()), d)
 		}
 		return nil
 	})
-	return sub, err
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return fr, nil
 }
 
-// entry visits one non-directory entry.
-func (w *walker) entry(p string, d fs.DirEntry) {
+// entry visits one non-directory entry of the open directory dir.
+func (w *walker) entry(dir *os.File, p string, d fs.DirEntry) {
 	if !w.o.Filter.Match(p) {
 		return
 	}
-	info, err := d.Info()
+	info, err := storage.LstatAt(dir, d.Name())
 	if err != nil {
-		w.skip(p, Reason(err))
+		w.v.Skip(p, Reason(err))
 		return
 	}
-	if d.Type()&fs.ModeSymlink != 0 {
-		target, err := w.root.Stat(p)
-		if errors.Is(err, fs.ErrPermission) {
-			w.skip(p, Reason(err)) // not missing: unreadable
-			return
-		}
-		if err != nil {
-			w.o.Log.Warn().Str("path", storage.ManifestPath(p)).Str("reason", "symlink target is outside the directory or missing").Msg("skip symlink")
-			return
-		}
-		if !target.Mode().IsRegular() {
-			w.o.Log.Warn().Str("path", storage.ManifestPath(p)).Str("reason", "symlink to a non-regular file or directory is not followed").Msg("skip symlink")
-			return
-		}
-		info = target
-	} else if !info.Mode().IsRegular() {
-		w.skip(p, ReasonNotRegular)
+	if info.Mode()&fs.ModeSymlink != 0 {
+		w.symlink(dir, p, d.Name())
 		return
+	}
+	if !info.Mode().IsRegular() {
+		w.v.Skip(p, ReasonNotRegular)
+		return
+	}
+	var id inode
+	st, linked := info.Sys().(*unix.Stat_t)
+	if linked = linked && st.Nlink > 1; linked {
+		id = inode{uint64(st.Dev), st.Ino} //nolint:unconvert // Dev is uint32 on some platforms
+		if first, ok := w.inodes[id]; ok {
+			if _, err := storage.LinkPath(p); err != nil {
+				w.v.Skip(p, err.Error())
+				return
+			}
+			// Stored once: this name is a link to the first one.
+			if first.left--; first.left == 0 {
+				delete(w.inodes, id)
+			}
+			w.v.Link(Link{Rel: p, Target: first.rel, Kind: stagecontract.LinkHard})
+			return
+		}
 	}
 	key, encoded, err := storage.KeyFor(w.o.Prefix, p)
 	if err != nil {
-		w.skip(p, err.Error())
+		w.v.Skip(p, err.Error()) // a later name of the file may be stored
 		return
 	}
-	w.emit(File{Rel: p, Key: key, Encoded: encoded, Size: info.Size(), ModTime: info.ModTime()})
+	if linked {
+		w.inodes[id] = &inodeNames{rel: p, left: uint64(st.Nlink) - 1} //nolint:unconvert // Nlink is uint32 on some platforms
+	}
+	w.v.File(File{Rel: p, Key: key, Encoded: encoded, Size: info.Size(), ModTime: info.ModTime()})
+}
+
+// symlink visits the symbolic link name in dir, at p: recorded when it
+// resolves inside the root, else skipped with why. Its text is checked
+// first (absolute, or up past the root, without looking further); then the
+// root resolves it, following the links it leads through and refusing any
+// step out of the root.
+func (w *walker) symlink(dir *os.File, p, name string) {
+	target, err := storage.ReadlinkAt(dir, name)
+	if err != nil {
+		w.v.Skip(p, Reason(err))
+		return
+	}
+	if _, err := storage.LinkPath(p); err != nil {
+		w.v.Skip(p, err.Error())
+		return
+	}
+	err = storage.SymlinkInside(p, target, nil)
+	switch {
+	case errors.Is(err, storage.ErrLinkOut):
+		w.v.Skip(p, ReasonLinkOut)
+		return
+	case err != nil:
+		w.v.Skip(p, ReasonLinkText)
+		return
+	}
+	_, err = w.root.Stat(p)
+	switch {
+	case err == nil:
+		w.v.Link(Link{Rel: p, Target: target, Kind: stagecontract.LinkSymbolic})
+	case errors.Is(err, fs.ErrNotExist):
+		w.v.Skip(p, ReasonLinkDangling)
+	case errors.Is(err, fs.ErrPermission):
+		w.v.Skip(p, Reason(err)) // not missing: unreadable
+	default:
+		// os.Root refuses a path that escapes it, and the kernel a loop.
+		w.v.Skip(p, ReasonLinkOut)
+	}
 }

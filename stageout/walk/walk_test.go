@@ -47,7 +47,7 @@ func TestDirSwappedForFIFO(t *testing.T) {
 	skipped := map[string]string{}
 	done := make(chan error, 1)
 	go func() {
-		done <- walk.Walk(context.Background(), root, walk.Options{Filter: filter, Log: zerolog.Nop()}, func(f walk.File) {
+		done <- walk.Walk(context.Background(), root, walk.Options{Filter: filter, Log: zerolog.Nop()}, walk.Visitor{File: func(f walk.File) {
 			if f.Rel != "a" {
 				return
 			}
@@ -57,7 +57,7 @@ func TestDirSwappedForFIFO(t *testing.T) {
 			if err := syscall.Mkfifo(sub, 0o644); err != nil {
 				t.Error(err)
 			}
-		}, func(rel, reason string) { skipped[rel] = reason })
+		}, Skip: func(rel, reason string) { skipped[rel] = reason }})
 	}()
 	select {
 	case err := <-done:
