@@ -91,6 +91,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Collect and check every key before writing anything: one hostile key
 	// refuses the whole run, so nothing partial is left to trust.
 	var entries []entry
+	var man *stagecontract.Manifest
 	res := Result{}
 	if isManifest {
 		mkey := loc.Prefix + stagecontract.ManifestKey
@@ -99,12 +100,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return Result{}, err
 		}
 		res.ManifestURL = loc.KeyURL(mkey)
+		man = m
 		for _, f := range m.Files {
-			crc, _ := storage.ParseChecksum(f.Checksum) // validated by ParseManifest
-			extra, _ := storage.ParseExtra(f.Checksums)
 			// A name the store could not hold is restored as it was
 			// (ParseManifest checked that it stays inside the tree).
-			entries = append(entries, entry{key: loc.Prefix + f.Key, rel: storage.NameOf(f), size: f.Size, crc: crc, hasCRC: true, extra: extra})
+			entries = append(entries, fileEntry(loc.Prefix, f, storage.NameOf(f)))
 		}
 	} else {
 		err = o.Retry.Do(ctx, func(ctx context.Context) error {
@@ -134,9 +134,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if entries, err = choose(entries, filter, o.AllowEmpty, loc); err != nil {
 		return Result{}, err
 	}
-	rels := make([]string, len(entries))
+	var links []link
+	if man != nil {
+		var copies []entry
+		links, copies = chooseLinks(man, filter, loc.Prefix, entries)
+		entries = append(entries, copies...)
+	}
+	rels := make([]string, 0, len(entries)+len(links))
 	for i := range entries {
-		rels[i] = entries[i].rel
+		rels = append(rels, entries[i].rel)
+	}
+	for _, l := range links {
+		rels = append(rels, l.rel)
 	}
 	if err := storage.CheckTree(rels, TempSuffix); err != nil {
 		return Result{}, err
@@ -167,12 +176,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if err := d.links(ctx, links); err != nil {
+		return Result{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("stop stage-in: %w", err)
 	}
 	res.Bytes, res.Objects, res.Skipped, res.TotalBytes = prog.Moved.Load(), prog.Objects.Load(), prog.Skipped.Load(), prog.BytesTotal.Load()
 	prog.Log(o.Log, "report final progress")
 	return res, nil
+}
+
+// fileEntry is the entry of the manifest file f, restored at rel.
+func fileEntry(prefix string, f stagecontract.ManifestFile, rel string) entry {
+	crc, _ := storage.ParseChecksum(f.Checksum) // validated by ParseManifest
+	extra, _ := storage.ParseExtra(f.Checksums)
+	return entry{key: prefix + f.Key, rel: rel, size: f.Size, crc: crc, hasCRC: true, extra: extra}
 }
 
 type downloader struct {
