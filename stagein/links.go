@@ -75,6 +75,18 @@ func (d *downloader) links(ctx context.Context, links []link) error {
 			return err
 		}
 	}
+	// Checked once all are made: one may lead through another.
+	for _, l := range links {
+		if l.kind != stagecontract.LinkSymbolic || d.o.DryRun {
+			continue
+		}
+		// os.Root refuses to resolve a path out of the destination.
+		if _, err := d.root.Stat(l.rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			_ = d.root.Remove(l.rel)
+			return storage.Permanentf("remove the link in the destination it leads through, or the link from the manifest",
+				"refuse symbolic link %q (to %q): it resolves out of the destination: %w", l.rel, l.target, err)
+		}
+	}
 	return nil
 }
 
@@ -104,15 +116,6 @@ func (d *downloader) link(ctx context.Context, l link) error {
 	if err != nil {
 		_ = d.root.Remove(tmp)
 		return storage.WithOp("link "+strconv.Quote(l.rel), err)
-	}
-	if l.kind != stagecontract.LinkSymbolic {
-		return nil
-	}
-	// os.Root refuses to resolve a path out of the destination.
-	if _, err := d.root.Stat(l.rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		_ = d.root.Remove(l.rel)
-		return storage.Permanentf("remove the link in the destination it leads through, or the link from the manifest",
-			"refuse symbolic link %q (to %q): it resolves out of the destination: %w", l.rel, l.target, err)
 	}
 	return nil
 }
