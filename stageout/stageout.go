@@ -18,7 +18,10 @@
 //     file that keeps changing is stored as last read and also listed);
 //   - sparse files with more than 1 GiB of holes (sparseReason: reading them
 //     would send every hole as zeros, and the manifest cannot record holes);
-//   - directories that cannot be listed, and names too long for a key.
+//   - directories that cannot be listed, and names too long for a key;
+//   - symbolic links leading out of the directory or to nothing, and hard
+//     links whose file was not stored (the manifest records the others as
+//     links: a file is stored once, whatever its number of names).
 //
 // The source directory itself is not a file to lose but the whole run: it,
 // and every directory from the work volume's root down to it, is resolved
