@@ -110,6 +110,12 @@ generate:
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:dir=deploy/crd
 	$(GO) tool controller-gen rbac:roleName=kdefer-manager paths=./controller/... output:rbac:dir=deploy/rbac
 	$(GO) tool controller-gen rbac:roleName=kdefer-node paths=./cmd/kdefer-controller/app/... output:rbac:dir=deploy/node-agent
+	@# docs/api.md, the API reference, from the same types and comments as the
+	@# CRDs: crd-ref-docs, pinned by its own module in hack/tools/crd-ref-docs
+	@# (with its config and templates) and cached by `go tool`.
+	$(GO) -C hack/tools/crd-ref-docs tool crd-ref-docs --log-level=warn --renderer=markdown \
+		--source-path=$(CURDIR)/api/v1alpha1 --config=$(CURDIR)/hack/tools/crd-ref-docs/config.yaml \
+		--templates-dir=$(CURDIR)/hack/tools/crd-ref-docs/templates --output-path=$(CURDIR)/docs/api.md
 	@# The Helm chart ships deploy/'s manifests as files it reads, not copies
 	@# it edits: one source of truth (test/helmchart checks the chart renders
 	@# what kustomize builds). Only what the chart parameterizes beyond the
@@ -118,7 +124,7 @@ generate:
 	for d in crd rbac webhook policy critical-pods monitoring node-agent; do mkdir -p $(CHART)/files/$$d; \
 		cp $$(ls deploy/$$d/*.yaml | grep -v -e kustomization.yaml -e daemonset.yaml) $(CHART)/files/$$d/; done
 
-## verify: generated code and manifests are committed and current; code is
+## verify: generated code, manifests and docs/api.md are committed and current; code is
 ## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`;
 ## its govet is go vet's analyzers, over the e2e-tagged files too).
 ## GENERATED=1 skips the regeneration (make test runs `make generate` first,
@@ -142,8 +148,8 @@ endif
 	@# cache (a kdefer bump without `test/tools/kube/shared.sh align DIR` fails here).
 	test/tools/kube/shared.sh check $(KUBE_NEWEST_WRAPPER)
 	test/tools/kube/shared.sh check test/tools/minio
-	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
+	@git diff --exit-code -- api deploy docs/api.md || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy docs/api.md)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy docs/api.md; exit 1; }
 
 ## lint: golangci-lint with .golangci.yml (govet, staticcheck, errcheck, revive,
 ## goimports, misspell, unparam, and kube-api-linter for api/), run by
