@@ -142,6 +142,10 @@ ifneq ($(UNIT),1)
 	@# every example the README names, as `kdefer lint -f examples/ -R` sees
 	@# it (the CLI in-process): exit 0 and not one warning
 	$(GO) test -count=1 -run '^TestLintExamples$$' ./cmd/kdefer
+	@# every link in README.md and docs/ resolves to a file and heading, every
+	@# doc and section named in code and CRD descriptions exists, and the user
+	@# docs carry no issue numbers nor links out of the repository
+	$(GO) test -count=1 ./hack/doccheck
 endif
 	@# The newest Kubernetes wrapper module and MinIO's on kdefer's versions of
 	@# every module both builds compile, so the tool builds reuse kdefer's build
