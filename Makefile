@@ -184,7 +184,8 @@ bench-stage:
 	$(GO) run ./test/bench/stage -server $(BENCH_STAGE_SERVER)
 
 ## bench-scale: a BENCH_SCALE-file (default 1,000,000) empty-file stage-out by kdefer-stage alone under the
-## defer pod's memory limit, objects counted in the server afterwards (issue #12; not part of bench-stage).
+## defer pod's memory limit, objects counted in the server afterwards: the proof that memory does not grow
+## with the file count (not part of bench-stage).
 ## BENCH_SCALE_SERVER=versitygw (default: its posix gateway, linked into the benchmark, no tool to build;
 ## ~1.3 ms of client+server CPU a file, ~25 minutes at a million on 2 idle cores) or minio (~3.5 ms a file,
 ## mostly MinIO's, over an hour).
