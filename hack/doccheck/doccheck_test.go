@@ -92,10 +92,10 @@ func parseDoc(text string) *doc {
 	for i, line := range strings.Split(text, "\n") {
 		n := i + 1
 		if m := fenceRE.FindStringSubmatch(line); m != nil {
-			switch {
-			case fence == "":
+			switch fence {
+			case "":
 				fence = m[1]
-			case fence == m[1]:
+			case m[1]:
 				fence = ""
 			}
 			continue
