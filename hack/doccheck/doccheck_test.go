@@ -367,16 +367,14 @@ func TestDocReferences(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		text := string(b)
+		nl := hashCommentNL
 		switch {
 		case strings.HasSuffix(rel, ".go"):
-			text = goCommentNL.ReplaceAllString(text, " ")
+			nl = goCommentNL
 		case strings.HasSuffix(rel, ".md"):
-			text = otherNL.ReplaceAllString(text, " ")
-		default:
-			text = hashCommentNL.ReplaceAllString(text, " ")
+			nl = otherNL
 		}
-		checked += checkDocRefs(t, c, rel, text, !strings.HasSuffix(rel, ".md"))
+		checked += checkDocRefs(t, c, rel, joinLines(string(b), nl), !strings.HasSuffix(rel, ".md"))
 		return nil
 	})
 	if err != nil {
@@ -408,7 +406,7 @@ func TestCRDDescriptionReferences(t *testing.T) {
 		}
 		rel, _ := filepath.Rel(root, f)
 		for _, desc := range descriptions(crd, "") {
-			checked += checkDocRefs(t, c, rel+" "+desc[0], otherNL.ReplaceAllString(desc[1], " "), true)
+			checked += checkDocRefs(t, c, rel+" "+desc[0], joinLines(desc[1], otherNL), true)
 		}
 	}
 	if checked == 0 {
@@ -437,14 +435,48 @@ func descriptions(node any, at string) [][2]string {
 	return out
 }
 
+// joined is a text whose continued lines are joined by one space, and
+// where its pieces came from in the original.
+type joined struct {
+	text, orig string
+	from       [][2]int // {offset in text, offset in orig} where each piece starts
+}
+
+func joinLines(text string, continued *regexp.Regexp) joined {
+	j := joined{orig: text, from: [][2]int{{0, 0}}}
+	var b strings.Builder
+	last := 0
+	for _, m := range continued.FindAllStringIndex(text, -1) {
+		b.WriteString(text[last:m[0]])
+		b.WriteByte(' ')
+		last = m[1]
+		j.from = append(j.from, [2]int{b.Len(), last})
+	}
+	b.WriteString(text[last:])
+	j.text = b.String()
+	return j
+}
+
+// line is the original line of an offset in the joined text.
+func (j joined) line(off int) int {
+	i, _ := slices.BinarySearchFunc(j.from, off, func(f [2]int, off int) int { return f[0] - off })
+	if i == len(j.from) || j.from[i][0] > off {
+		i--
+	}
+	o := j.from[i][1] + off - j.from[i][0]
+	return 1 + strings.Count(j.orig[:o], "\n")
+}
+
 // checkDocRefs checks each doc named in text and returns how many it found.
 // strict also refuses a section named without quotes, which no check can
 // delimit.
-func checkDocRefs(t *testing.T, c *docs, where, text string, strict bool) int {
+func checkDocRefs(t *testing.T, c *docs, where string, j joined, strict bool) int {
 	t.Helper()
 	n := 0
+	text := j.text
 	for _, m := range docRefRE.FindAllStringSubmatchIndex(text, -1) {
 		n++
+		where := fmt.Sprintf("%s:%d", where, j.line(m[2]))
 		// Named from the repository's root; a Markdown link's ../ are
 		// relative to its file, and lead to the root here.
 		file := strings.TrimLeft(text[m[2]:m[3]], "./")
