@@ -110,6 +110,12 @@ generate:
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:dir=deploy/crd
 	$(GO) tool controller-gen rbac:roleName=kdefer-manager paths=./controller/... output:rbac:dir=deploy/rbac
 	$(GO) tool controller-gen rbac:roleName=kdefer-node paths=./cmd/kdefer-controller/app/... output:rbac:dir=deploy/node-agent
+	@# docs/api.md, the API reference, from the same types and comments as the
+	@# CRDs: crd-ref-docs, pinned by its own module in hack/tools/crd-ref-docs
+	@# (with its config and templates) and cached by `go tool`.
+	$(GO) -C hack/tools/crd-ref-docs tool crd-ref-docs --log-level=warn --renderer=markdown \
+		--source-path=$(CURDIR)/api/v1alpha1 --config=$(CURDIR)/hack/tools/crd-ref-docs/config.yaml \
+		--templates-dir=$(CURDIR)/hack/tools/crd-ref-docs/templates --output-path=$(CURDIR)/docs/api.md
 	@# The Helm chart ships deploy/'s manifests as files it reads, not copies
 	@# it edits: one source of truth (test/helmchart checks the chart renders
 	@# what kustomize builds). Only what the chart parameterizes beyond the
@@ -118,7 +124,7 @@ generate:
 	for d in crd rbac webhook policy critical-pods monitoring node-agent; do mkdir -p $(CHART)/files/$$d; \
 		cp $$(ls deploy/$$d/*.yaml | grep -v -e kustomization.yaml -e daemonset.yaml) $(CHART)/files/$$d/; done
 
-## verify: generated code and manifests are committed and current; code is
+## verify: generated code, manifests and docs/api.md are committed and current; code is
 ## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`;
 ## its govet is go vet's analyzers, over the e2e-tagged files too).
 ## GENERATED=1 skips the regeneration (make test runs `make generate` first,
@@ -136,14 +142,18 @@ ifneq ($(UNIT),1)
 	@# every example the README names, as `kdefer lint -f examples/ -R` sees
 	@# it (the CLI in-process): exit 0 and not one warning
 	$(GO) test -count=1 -run '^TestLintExamples$$' ./cmd/kdefer
+	@# every link in README.md and docs/ resolves to a file and heading, every
+	@# doc and section named in code and CRD descriptions exists, and the user
+	@# docs carry no issue numbers nor links out of the repository
+	$(GO) test -count=1 ./hack/doccheck
 endif
 	@# The newest Kubernetes wrapper module and MinIO's on kdefer's versions of
 	@# every module both builds compile, so the tool builds reuse kdefer's build
 	@# cache (a kdefer bump without `test/tools/kube/shared.sh align DIR` fails here).
 	test/tools/kube/shared.sh check $(KUBE_NEWEST_WRAPPER)
 	test/tools/kube/shared.sh check test/tools/minio
-	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api deploy)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy; exit 1; }
+	@git diff --exit-code -- api deploy docs/api.md || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy docs/api.md)" || { echo "untracked generated files: run 'make generate' and commit"; git status --porcelain -- api deploy docs/api.md; exit 1; }
 
 ## lint: golangci-lint with .golangci.yml (govet, staticcheck, errcheck, revive,
 ## goimports, misspell, unparam, and kube-api-linter for api/), run by
@@ -174,7 +184,8 @@ bench-stage:
 	$(GO) run ./test/bench/stage -server $(BENCH_STAGE_SERVER)
 
 ## bench-scale: a BENCH_SCALE-file (default 1,000,000) empty-file stage-out by kdefer-stage alone under the
-## defer pod's memory limit, objects counted in the server afterwards (issue #12; not part of bench-stage).
+## defer pod's memory limit, objects counted in the server afterwards: the proof that memory does not grow
+## with the file count (not part of bench-stage).
 ## BENCH_SCALE_SERVER=versitygw (default: its posix gateway, linked into the benchmark, no tool to build;
 ## ~1.3 ms of client+server CPU a file, ~25 minutes at a million on 2 idle cores) or minio (~3.5 ms a file,
 ## mostly MinIO's, over an hour).

@@ -172,7 +172,8 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 				// Requests are zero (admissible says why). The limit is
 				// twice the 128 MiB peak RSS that kdefer-stage's TestPeakRSS
 				// holds it to. The file list and manifest are spilled to
-				// /tmp, so a million files fit too (issue #12); GOMEMLIMIT
+				// /tmp, so the memory does not grow with the file count
+				// (make bench-scale: a million files); GOMEMLIMIT
 				// tells the Go collector where the wall is before the
 				// kernel does.
 				Limits: corev1.ResourceList{corev1.ResourceMemory: mustQ(stageMemoryLimit)},

@@ -71,7 +71,7 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 		// them): run without it rather than not at all, and say so. The
 		// event goes out at once: this pass writes no status after it.
 		ev := event{corev1.EventTypeWarning, v1.EventPriorityRefused, fmt.Sprintf(
-			"priority class %s refused in namespace %s (%v): the defer pod runs without it, and a node under disk pressure refuses it; create the ResourceQuota of deploy/critical-pods in the namespace (docs/design.md: Defer pods under node pressure)",
+			"priority class %s refused in namespace %s (%v): the defer pod runs without it, and a node under disk pressure refuses it; create the ResourceQuota of deploy/critical-pods in the namespace (docs/design.md, \"Defer pods under node pressure\")",
 			pod.Spec.PriorityClassName, run.Namespace, err), false}
 		pod.Spec.PriorityClassName = ""
 		if err = r.client.Create(ctx, pod); err == nil {
