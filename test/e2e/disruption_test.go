@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
 // Disruptive tests: they drain the node or restart its kubelet (each on a
@@ -132,7 +134,7 @@ func TestKubeletRestartedDuringStageOut(t *testing.T) {
 // Jobs and namespaces are deleted and pods are evicted; once it is back,
 // nothing is lost. The cases share one outage and run side by side.
 func TestKdeferDown(t *testing.T) {
-	o := newOutage(t, 4)
+	o := newOutage(t, 6)
 	t.Run("JobDeletedForeground", func(t *testing.T) {
 		t.Parallel()
 		deletedWhileDown(t, o, "down-fg", metav1.DeletePropagationForeground)
@@ -148,6 +150,14 @@ func TestKdeferDown(t *testing.T) {
 	t.Run("NamespaceDeleted", func(t *testing.T) {
 		t.Parallel()
 		namespaceDeletedWhileDown(t, o)
+	})
+	t.Run("KueueAdmits", func(t *testing.T) {
+		t.Parallel()
+		kueueAdmitsWhileDown(t, o)
+	})
+	t.Run("JobOrphaned", func(t *testing.T) {
+		t.Parallel()
+		jobOrphanedWhileDown(t, o)
 	})
 }
 
@@ -311,4 +321,74 @@ func waitNamespaceGone(s *scenario, timeout time.Duration) error {
 		}
 		time.Sleep(250 * time.Millisecond) // polling interval
 	}
+}
+
+// kueueAdmitsWhileDown: Kueue admits a queued Job while kdefer is down. Its
+// un-suspend is an UPDATE of an opted-in Job that touches neither the pod
+// template nor the annotations, so the Job webhooks, which would refuse it
+// while kdefer cannot answer, are not asked (their matchConditions): the
+// Job runs, and its pod, created from the rendered template, is armed and
+// staged out once kdefer is back.
+func kueueAdmitsWhileDown(t *testing.T, o *outage) {
+	s := newScenario(t, "down-kueue")
+	c := o.join(s)
+	s.useKueue()
+	queue := s.kueueQueue()
+	s.holdQueue(queue, "Hold")
+	w := small
+	w.mode = "wait 0"
+	s.createQueued(s.queuedJob("sim", w, queue))
+	c.down()
+	s.holdQueue(queue, "None")
+	s.waitWorkload("sim", "Admitted", time.Minute)
+	pod := s.waitReady(2 * time.Minute)
+	s.logf("Kueue admitted Job sim and its pod %s runs while kdefer is down", pod)
+	c.up()
+	s.sig.release(pod)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	s.cleanUp("sim")
+}
+
+// jobOrphanedWhileDown: a Job deleted with propagation Orphan while kdefer
+// is down is gone while kdefer is still down: the garbage collector orphans
+// its pod and removes the orphan finalizer, an UPDATE of an opted-in Job
+// the Job webhooks are not asked about. The orphaned pod, armed before the
+// outage, is staged out once kdefer is back.
+func jobOrphanedWhileDown(t *testing.T, o *outage) {
+	s := newScenario(t, "down-orphan")
+	c := o.join(s)
+	w := small
+	w.mode = "wait 0"
+	s.create(s.job("sim", w))
+	pod := s.waitReady(time.Minute)
+	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
+	c.down()
+	if err := s.env.Clientset.BatchV1().Jobs(s.ns).Delete(s.ctx, "sim", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}); err != nil {
+		t.Fatal(err)
+	}
+	err := clusterenv.WaitFor(s.ctx, time.Minute, "Job sim gone (the garbage collector removed its orphan finalizer)", func(ctx context.Context) (bool, error) {
+		_, err := s.env.Clientset.BatchV1().Jobs(s.ns).Get(ctx, "sim", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logf("Job sim gone while kdefer is down; its pod %s is orphaned", pod)
+	c.up()
+	s.sig.release(pod)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	// An orphaned pod is nobody's to delete: kdefer lets go of it, and the
+	// test deletes it.
+	s.noFinalizer(pod)
+	if err := s.env.Clientset.CoreV1().Pods(s.ns).Delete(s.ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.cleanUp()
 }
