@@ -4,15 +4,18 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
 	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
@@ -287,22 +290,71 @@ func namespaceDeletedWhileDown(t *testing.T, o *outage) {
 	s.noLeaks(10 * time.Second)
 }
 
-// TestNamespaceDeleted: the same with kdefer running.
+// TestNamespaceDeleted: deleting a namespace whose managed pod runs ends
+// its run unsaved, as docs/usage.md ("Deleting a namespace") says:
+// Kubernetes creates no pod in a namespace being deleted, so there is no
+// defer pod and no manifest; the run, if kdefer finishes it before the
+// namespace controller deletes it, is Skipped (NamespaceDeleted), never
+// Succeeded; and kdefer releases its volume and finalizers so the
+// namespace goes within a minute.
 func TestNamespaceDeleted(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "nsdel")
 	w := small
 	w.mode = "hold"
 	s.create(s.job("sim", w))
-	s.waitReady(time.Minute)
+	pod := s.waitReady(time.Minute)
+	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
 	s.recordPVs()
 	if err := s.env.Clientset.CoreV1().Namespaces().Delete(s.ctx, s.ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitNamespaceGone(s, time.Minute); err != nil {
-		t.Fatal(err)
+	var last *v1.DeferRun
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if r := s.run(pod); r != nil {
+			last = r
+		}
+		if _, err := s.env.Clientset.CoreV1().Namespaces().Get(s.ctx, s.ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("namespace %s not deleted after 1m; its run: %s", s.ns, runSummary(last))
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	s.logf("namespace %s gone; its run last seen: %s", s.ns, runSummary(last))
+	state := ""
+	if last != nil {
+		state = last.Status.State
+	}
+	switch state {
+	case "", v1.DeferRunArmed, v1.DeferRunTriggered: // deleted with the namespace before it could end
+	case v1.DeferRunSkipped:
+		if c := meta.FindStatusCondition(last.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != v1.ReasonNamespaceDeleted {
+			t.Errorf("run %s, want Skipped for %s", runSummary(last), v1.ReasonNamespaceDeleted)
+		}
+	default:
+		t.Errorf("run %s: a run in a namespace being deleted got a defer pod", runSummary(last))
+	}
+	if objs := s.objects(s.ns + "/sim/" + pod + "/"); len(objs) > 0 {
+		if _, ok := objs[stagecontract.ManifestKey]; ok {
+			t.Errorf("a manifest for pod %s: a run in a namespace being deleted was staged out", pod)
+		}
 	}
 	s.noLeaks(10 * time.Second)
+}
+
+// runSummary is a run's state and conditions, for messages.
+func runSummary(r *v1.DeferRun) string {
+	if r == nil {
+		return "never seen"
+	}
+	var conds []string
+	for _, c := range r.Status.Conditions {
+		conds = append(conds, c.Type+"="+string(c.Status)+"/"+c.Reason)
+	}
+	return "state " + r.Status.State + " (" + strings.Join(conds, ",") + ")"
 }
 
 func waitNamespaceGone(s *scenario, timeout time.Duration) error {
@@ -381,9 +433,11 @@ func jobOrphanedWhileDown(t *testing.T, o *outage) {
 	s.logf("Job sim gone while kdefer is down; its pod %s is orphaned", pod)
 	c.up()
 	s.sig.release(pod)
-	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
+	// The run, its Job gone, is deleted once it has finished: the manifest
+	// says it did, and with what trigger.
+	s.waitManifest("sim", pod, 2*time.Minute)
+	s.runTrigger("sim", pod, v1.TriggerSucceeded)
 	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
-	s.volumeReleased(run)
 	// An orphaned pod is nobody's to delete: kdefer lets go of it, and the
 	// test deletes it.
 	s.noFinalizer(pod)

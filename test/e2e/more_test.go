@@ -47,20 +47,22 @@ func TestMinIORestartedDuringUpload(t *testing.T) {
 	s.create(s.job("sim", w))
 	pod := s.waitReady(2 * time.Minute)
 	prefix := s.ns + "/sim/" + pod + "/"
-	// Kill the server once the first objects have arrived (a tight poll: the
-	// upload is quick); what the last listing saw was stored before the kill.
+	// Kill the server once a fifth of the objects have arrived (a tight
+	// poll: the upload is quick); what the last listing saw was stored
+	// before the kill.
 	deadline := time.Now().Add(2 * time.Minute)
 	before := map[string]minio.ObjectInfo{}
-	for len(before) == 0 {
+	for len(before) < w.files/5 {
 		if time.Now().After(deadline) {
-			t.Fatal("no object uploaded within 2m")
+			t.Fatalf("fewer than %d objects uploaded within 2m", w.files/5)
 		}
+		clear(before)
 		for o := range s.mc.ListObjects(s.ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 			if o.Err == nil {
 				before[o.Key] = o
 			}
 		}
-		if len(before) == 0 {
+		if len(before) < w.files/5 {
 			time.Sleep(20 * time.Millisecond) // polling interval
 		}
 	}
