@@ -64,6 +64,7 @@ func TestDrain(t *testing.T) {
 	}
 	d2.waitLine(t, "disruption budget", 30*time.Second)
 	s.logf("drain waits for defer pod %s (budget)", run.Status.DeferPodName)
+	s.notTheJobs("sim", run.Status.DeferPodName)
 	if !d1.running() {
 		t.Errorf("the first drain ended while the defer run was in progress:\n%s", d1.output())
 	}
