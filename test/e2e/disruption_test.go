@@ -3,15 +3,20 @@
 package e2e
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
+	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
 // Disruptive tests: they drain the node or restart its kubelet (each on a
@@ -23,7 +28,8 @@ import (
 var bigger = workload{files: 6, size: 4 << 20}
 
 // TestDrain: `kubectl drain` evicts the pod (trigger Drained); the defer
-// pod's PodDisruptionBudget makes a drain wait until the defer run ends.
+// pod's PodDisruptionBudget makes that drain, and a second, plain `kubectl
+// drain` of the node, wait until the defer run ends.
 func TestDrain(t *testing.T) {
 	s := newScenario(t, "drain", onNode(reserveNode(t, nodeDrain)))
 	s.create(s.holdPolicy("hold"))
@@ -46,9 +52,19 @@ func TestDrain(t *testing.T) {
 	if _, err := s.env.WaitPod(s.ctx, s.ns, run.Status.DeferPodName, 30*time.Second, "Running and Ready", podReady); err != nil {
 		t.Fatal(err)
 	}
-	d2 := s.drain("kdefer.io/deferrun=" + pod)
+	// A second drain, plain this time, as an administrator would run it:
+	// it evicts whatever the node runs, and the defer pod's budget holds it.
+	// (On a one-node cluster, where kdefer and every scenario share the
+	// node, it stays scoped to the defer pod.)
+	var d2 *bg
+	if s.node == s.env.NodeName {
+		d2 = s.drain("kdefer.io/deferrun=" + pod)
+	} else {
+		d2 = s.drainNode(s.node)
+	}
 	d2.waitLine(t, "disruption budget", 30*time.Second)
 	s.logf("drain waits for defer pod %s (budget)", run.Status.DeferPodName)
+	s.notTheJobs("sim", run.Status.DeferPodName)
 	if !d1.running() {
 		t.Errorf("the first drain ended while the defer run was in progress:\n%s", d1.output())
 	}
@@ -132,7 +148,7 @@ func TestKubeletRestartedDuringStageOut(t *testing.T) {
 // Jobs and namespaces are deleted and pods are evicted; once it is back,
 // nothing is lost. The cases share one outage and run side by side.
 func TestKdeferDown(t *testing.T) {
-	o := newOutage(t, 4)
+	o := newOutage(t, 6)
 	t.Run("JobDeletedForeground", func(t *testing.T) {
 		t.Parallel()
 		deletedWhileDown(t, o, "down-fg", metav1.DeletePropagationForeground)
@@ -148,6 +164,14 @@ func TestKdeferDown(t *testing.T) {
 	t.Run("NamespaceDeleted", func(t *testing.T) {
 		t.Parallel()
 		namespaceDeletedWhileDown(t, o)
+	})
+	t.Run("KueueAdmits", func(t *testing.T) {
+		t.Parallel()
+		kueueAdmitsWhileDown(t, o)
+	})
+	t.Run("JobOrphaned", func(t *testing.T) {
+		t.Parallel()
+		jobOrphanedWhileDown(t, o)
 	})
 }
 
@@ -277,22 +301,71 @@ func namespaceDeletedWhileDown(t *testing.T, o *outage) {
 	s.noLeaks(10 * time.Second)
 }
 
-// TestNamespaceDeleted: the same with kdefer running.
+// TestNamespaceDeleted: deleting a namespace whose managed pod runs ends
+// its run unsaved, as docs/usage.md ("Deleting a namespace") says:
+// Kubernetes creates no pod in a namespace being deleted, so there is no
+// defer pod and no manifest; the run, if kdefer finishes it before the
+// namespace controller deletes it, is Skipped (NamespaceDeleted), never
+// Succeeded; and kdefer releases its volume and finalizers so the
+// namespace goes within a minute.
 func TestNamespaceDeleted(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "nsdel")
 	w := small
 	w.mode = "hold"
 	s.create(s.job("sim", w))
-	s.waitReady(time.Minute)
+	pod := s.waitReady(time.Minute)
+	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
 	s.recordPVs()
 	if err := s.env.Clientset.CoreV1().Namespaces().Delete(s.ctx, s.ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitNamespaceGone(s, time.Minute); err != nil {
-		t.Fatal(err)
+	var last *v1.DeferRun
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if r := s.run(pod); r != nil {
+			last = r
+		}
+		if _, err := s.env.Clientset.CoreV1().Namespaces().Get(s.ctx, s.ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("namespace %s not deleted after 1m; its run: %s", s.ns, runSummary(last))
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	s.logf("namespace %s gone; its run last seen: %s", s.ns, runSummary(last))
+	state := ""
+	if last != nil {
+		state = last.Status.State
+	}
+	switch state {
+	case "", v1.DeferRunArmed, v1.DeferRunTriggered: // deleted with the namespace before it could end
+	case v1.DeferRunSkipped:
+		if c := meta.FindStatusCondition(last.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != v1.ReasonNamespaceDeleted {
+			t.Errorf("run %s, want Skipped for %s", runSummary(last), v1.ReasonNamespaceDeleted)
+		}
+	default:
+		t.Errorf("run %s: a run in a namespace being deleted got a defer pod", runSummary(last))
+	}
+	if objs := s.objects(s.ns + "/sim/" + pod + "/"); len(objs) > 0 {
+		if _, ok := objs[stagecontract.ManifestKey]; ok {
+			t.Errorf("a manifest for pod %s: a run in a namespace being deleted was staged out", pod)
+		}
 	}
 	s.noLeaks(10 * time.Second)
+}
+
+// runSummary is a run's state and conditions, for messages.
+func runSummary(r *v1.DeferRun) string {
+	if r == nil {
+		return "never seen"
+	}
+	var conds []string
+	for _, c := range r.Status.Conditions {
+		conds = append(conds, c.Type+"="+string(c.Status)+"/"+c.Reason)
+	}
+	return "state " + r.Status.State + " (" + strings.Join(conds, ",") + ")"
 }
 
 func waitNamespaceGone(s *scenario, timeout time.Duration) error {
@@ -311,4 +384,76 @@ func waitNamespaceGone(s *scenario, timeout time.Duration) error {
 		}
 		time.Sleep(250 * time.Millisecond) // polling interval
 	}
+}
+
+// kueueAdmitsWhileDown: Kueue admits a queued Job while kdefer is down. Its
+// un-suspend is an UPDATE of an opted-in Job that touches neither the pod
+// template nor the annotations, so the Job webhooks, which would refuse it
+// while kdefer cannot answer, are not asked (their matchConditions): the
+// Job runs, and its pod, created from the rendered template, is armed and
+// staged out once kdefer is back.
+func kueueAdmitsWhileDown(t *testing.T, o *outage) {
+	s := newScenario(t, "down-kueue")
+	c := o.join(s)
+	s.useKueue()
+	queue := s.kueueQueue()
+	s.holdQueue(queue, "Hold")
+	w := small
+	w.mode = "wait 0"
+	s.createQueued(s.queuedJob("sim", w, queue))
+	c.down()
+	s.holdQueue(queue, "None")
+	s.waitWorkload("sim", "Admitted", time.Minute)
+	pod := s.waitReady(2 * time.Minute)
+	s.logf("Kueue admitted Job sim and its pod %s runs while kdefer is down", pod)
+	c.up()
+	s.sig.release(pod)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	s.volumeReleased(run)
+	s.cleanUp("sim")
+}
+
+// jobOrphanedWhileDown: a Job deleted with propagation Orphan while kdefer
+// is down is gone while kdefer is still down: the garbage collector orphans
+// its pod and removes the orphan finalizer, an UPDATE of an opted-in Job
+// the Job webhooks are not asked about. The orphaned pod, armed before the
+// outage, is staged out once kdefer is back.
+func jobOrphanedWhileDown(t *testing.T, o *outage) {
+	s := newScenario(t, "down-orphan")
+	c := o.join(s)
+	w := small
+	w.mode = "wait 0"
+	s.create(s.job("sim", w))
+	pod := s.waitReady(time.Minute)
+	s.waitRun(pod, 30*time.Second, "armed", func(r *v1.DeferRun) bool { return len(r.Spec.Volumes) > 0 })
+	c.down()
+	if err := s.env.Clientset.BatchV1().Jobs(s.ns).Delete(s.ctx, "sim", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}); err != nil {
+		t.Fatal(err)
+	}
+	err := clusterenv.WaitFor(s.ctx, time.Minute, "Job sim gone (the garbage collector removed its orphan finalizer)", func(ctx context.Context) (bool, error) {
+		_, err := s.env.Clientset.BatchV1().Jobs(s.ns).Get(ctx, "sim", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logf("Job sim gone while kdefer is down; its pod %s is orphaned", pod)
+	c.up()
+	s.sig.release(pod)
+	// The run, its Job gone, is deleted once it has finished: the manifest
+	// says it did, and with what trigger.
+	s.waitManifest("sim", pod, 2*time.Minute)
+	s.runTrigger("sim", pod, v1.TriggerSucceeded)
+	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	// An orphaned pod is nobody's to delete: kdefer lets go of it, and the
+	// test deletes it.
+	s.noFinalizer(pod)
+	if err := s.env.Clientset.CoreV1().Pods(s.ns).Delete(s.ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.cleanUp()
 }

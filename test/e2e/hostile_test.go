@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/stagecontract"
+	"github.com/kdefer/kdefer/test/clusterenv"
 )
 
 // TestHostileVolume: the main container is untrusted, and so is what it
@@ -96,4 +99,78 @@ func TestHostileVolume(t *testing.T) {
 			s.cleanUp("sim")
 		})
 	}
+}
+
+// TestKdeferNamesReserved: kdefer's containers and volumes are told apart
+// from the user's by name, so on the real cluster a DeferPolicy whose defer
+// container mounts kdefer's logs token and a Job whose template carries an
+// init container named like kdefer's stage-in are refused at admission,
+// naming the field; and a user defer container, run by a real kubelet in a
+// defer pod beside kdefer's own steps, sees none of kdefer's volumes, no
+// credentials and no API token (its log, archived in the bucket, says what
+// it found; the work volume's mount is the control that it looked).
+func TestKdeferNamesReserved(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "reserved")
+	busybox := clusterenv.MustImage(t, "busybox")
+	steal := &v1.DeferPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "steal", Namespace: s.ns},
+		Spec: v1.DeferPolicySpec{DeferContainers: []corev1.Container{{
+			Name: "steal", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"true"},
+			VolumeMounts: []corev1.VolumeMount{{Name: v1.LogsTokenVolume, MountPath: "/token"}},
+		}}},
+	}
+	s.refused(steal, "spec.deferContainers[0].volumeMounts[0].name", v1.LogsTokenVolume)
+
+	w := small
+	w.mode = "exit 0"
+	forged := s.job("forged", w)
+	forged.Spec.Template.Spec.InitContainers = []corev1.Container{{
+		Name: v1.StageInContainerName + "-0", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"true"},
+	}}
+	s.refused(forged, "initContainers[0].name", v1.StageInContainerName)
+
+	// What a defer container finds of kdefer's: mounts of kdefer's volumes
+	// (the kubelet names a volume's directory after it), credentials in its
+	// environment, an API token.
+	look := `echo "work mount: $(grep -c ' /kdefer ' /proc/self/mountinfo)"
+echo "kdefer mounts: $(grep -cE 'kdefer-logs-token|kdefer-tmp|kdefer-s3-ca' /proc/self/mountinfo)"
+echo "credentials: $(env | grep -ciE 'AWS_|ACCESS_KEY|SECRET')"
+echo "api token: $(ls /var/run/secrets/kubernetes.io/serviceaccount 2>/dev/null | wc -l)"
+`
+	s.create(&v1.DeferPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "look", Namespace: s.ns},
+		Spec: v1.DeferPolicySpec{DeferContainers: []corev1.Container{{
+			Name: "look", Image: busybox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sh", "-c", look},
+		}}},
+	})
+	job := s.job("sim", w)
+	job.Annotations[v1.AnnotationPolicy] = "look"
+	s.create(job)
+	pod := s.waitReady(time.Minute)
+	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
+	objs := s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	key := stagecontract.LogKey(v1.DeferPodName(run), stagecontract.LogRef{Container: "look"})
+	got := string(objs[key].data)
+	want := "work mount: 1\nkdefer mounts: 0\ncredentials: 0\napi token: 0\n"
+	if got != want {
+		t.Errorf("%s: the defer container found\n%s\nwant\n%s", key, got, want)
+	}
+	s.volumeReleased(run)
+	s.cleanUp("sim")
+}
+
+// refused creates obj and wants admission to refuse it, naming the field
+// and the name it may not use.
+func (s *scenario) refused(obj client.Object, field, name string) {
+	s.t.Helper()
+	err := s.env.Client.Create(s.ctx, obj)
+	if err == nil {
+		s.t.Errorf("%T %s was admitted; want it refused naming %s", obj, obj.GetName(), field)
+		return
+	}
+	if !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), name) {
+		s.t.Errorf("%T %s refused with %q; want %s and %s named", obj, obj.GetName(), err, field, name)
+	}
+	s.logf("%T %s refused: %v", obj, obj.GetName(), err)
 }

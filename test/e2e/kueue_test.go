@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,6 +74,22 @@ spec:
   clusterQueue: %[1]s
 `, s.ns))
 	return "queue"
+}
+
+// holdQueue sets the LocalQueue's stopPolicy: Hold keeps Kueue from
+// admitting its Workloads, None lets it admit them.
+func (s *scenario) holdQueue(queue, policy string) {
+	s.t.Helper()
+	lq := &unstructured.Unstructured{}
+	lq.SetAPIVersion("kueue.x-k8s.io/v1beta2")
+	lq.SetKind("LocalQueue")
+	lq.SetNamespace(s.ns)
+	lq.SetName(queue)
+	patch := []byte(`{"spec":{"stopPolicy":"` + policy + `"}}`)
+	if err := s.env.Client.Patch(s.ctx, lq, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		s.t.Fatalf("LocalQueue %s stopPolicy %s: %v", queue, policy, err)
+	}
+	s.logf("LocalQueue %s: stopPolicy %s", queue, policy)
 }
 
 // queuedJob is s.job submitted to Kueue's LocalQueue queue, its pod asking

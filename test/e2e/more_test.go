@@ -35,7 +35,9 @@ import (
 
 // TestMinIORestartedDuringUpload: the S3 server (this test's own MinIO on
 // the node address) is killed while stage-out uploads and started again;
-// the run retries and every byte arrives.
+// the run retries, every byte arrives, and the upload resumes: the objects
+// stored before the restart are not written again (their Last-Modified and
+// ETag are what they were), so a stage-out that started over would fail it.
 func TestMinIORestartedDuringUpload(t *testing.T) {
 	t.Parallel()
 	clusterenv.Require(t)
@@ -45,23 +47,27 @@ func TestMinIORestartedDuringUpload(t *testing.T) {
 	s.create(s.job("sim", w))
 	pod := s.waitReady(2 * time.Minute)
 	prefix := s.ns + "/sim/" + pod + "/"
-	// Kill the server once the first objects have arrived (a tight poll: the upload is quick).
+	// Kill the server once a fifth of the objects have arrived (a tight
+	// poll: the upload is quick); what the last listing saw was stored
+	// before the kill.
 	deadline := time.Now().Add(2 * time.Minute)
-	n := 0
-	for n == 0 {
+	before := map[string]minio.ObjectInfo{}
+	for len(before) < w.files/5 {
 		if time.Now().After(deadline) {
-			t.Fatal("no object uploaded within 2m")
+			t.Fatalf("fewer than %d objects uploaded within 2m", w.files/5)
 		}
+		clear(before)
 		for o := range s.mc.ListObjects(s.ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 			if o.Err == nil {
-				n++
+				before[o.Key] = o
 			}
 		}
-		if n == 0 {
+		if len(before) < w.files/5 {
 			time.Sleep(20 * time.Millisecond) // polling interval
 		}
 	}
 	srv.Kill()
+	n := len(before)
 	s.logf("MinIO killed with %d of %d objects uploaded", n, w.files+2)
 	if n >= w.files+2 {
 		t.Errorf("the upload was over before MinIO was killed: the scenario tested nothing")
@@ -71,6 +77,15 @@ func TestMinIORestartedDuringUpload(t *testing.T) {
 	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
 	s.logf("steps: %s", steps(run))
 	s.checkOutputs("sim", pod, w, v1.TriggerSucceeded)
+	rewritten := 0
+	for o := range s.mc.ListObjects(s.ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if b, ok := before[o.Key]; ok && (!o.LastModified.Equal(b.LastModified) || o.ETag != b.ETag) {
+			rewritten++
+			t.Errorf("s3://%s/%s written again after the restart (Last-Modified %s, then %s): the upload did not resume",
+				bucket, o.Key, b.LastModified.Format(time.RFC3339Nano), o.LastModified.Format(time.RFC3339Nano))
+		}
+	}
+	s.logf("of the %d objects stored before the restart, %d written again", n, rewritten)
 	s.volumeReleased(run)
 	s.cleanUp("sim")
 }

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,14 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/cmd/kdefer-controller/app"
 	"github.com/kdefer/kdefer/test/clusterenv"
 )
-
-// leaseAcquired is what client-go's leader election logs (as a message,
-// capitalized or not by version) when a replica takes the Lease. The
-// Lease's holder names no pod: a host-network pod's hostname is the
-// machine's, the same for every replica here.
-const leaseAcquired = "successfully acquired lease"
 
 // replicas waits until one of kdefer's two controller pods leads and
 // returns it and the other.
@@ -53,13 +47,21 @@ func (s *scenario) replicas() (leader, standby *corev1.Pod) {
 	return leader, standby
 }
 
-// leads says whether the controller pod has taken the leader Lease.
+// leads says whether the controller pod holds the leader Lease: the
+// leading replica names its pod on the Lease (app.LeaderPodLabel), and the
+// Lease is current (renewed within its duration).
 func (s *scenario) leads(pod string) bool {
-	logs, err := s.env.PodLogs(s.ctx, kdeferNS, pod, "manager")
+	lease, err := s.env.Clientset.CoordinationV1().Leases(kdeferNS).Get(s.ctx, app.LeaderElectionID, metav1.GetOptions{})
 	if err != nil {
-		s.logf("logs of %s: %v", pod, err)
+		s.logf("Lease %s: %v", app.LeaderElectionID, err)
+		return false
 	}
-	return strings.Contains(strings.ToLower(logs), leaseAcquired)
+	sp := lease.Spec
+	if sp.HolderIdentity == nil || *sp.HolderIdentity == "" || sp.RenewTime == nil || sp.LeaseDurationSeconds == nil {
+		return false
+	}
+	current := time.Since(sp.RenewTime.Time) < time.Duration(*sp.LeaseDurationSeconds)*time.Second
+	return current && lease.Labels[app.LeaderPodLabel] == pod
 }
 
 // TestMultiNodeControllerDrain: a plain drain of the node of kdefer's

@@ -297,3 +297,44 @@ func recyclePVs(t *testing.T, env *clusterenv.Env) {
 		t.Logf("recycle PVs: %v", err) // a concurrent recycle; the next one gets it
 	}
 }
+
+// notTheJobs checks that the defer pod looks like none of Job job's pods to
+// anything that selects them: the Job controller and kubectl select by the
+// job-name and controller-uid labels, the garbage collector and Kueue follow
+// owner references. A defer pod counted as the Job's would be taken for a
+// failed or extra pod of the Job.
+func (s *scenario) notTheJobs(job, deferPod string) {
+	s.t.Helper()
+	j, err := s.env.Clientset.BatchV1().Jobs(s.ns).Get(s.ctx, job, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, sel := range []string{
+		"batch.kubernetes.io/job-name=" + job, "job-name=" + job,
+		"batch.kubernetes.io/controller-uid=" + string(j.UID), "controller-uid=" + string(j.UID),
+		metav1.FormatLabelSelector(j.Spec.Selector),
+	} {
+		pods, err := s.env.Clientset.CoreV1().Pods(s.ns).List(s.ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			s.t.Errorf("selector %s selects no pod: the check would see nothing", sel)
+		}
+		for _, p := range pods.Items {
+			if p.Name == deferPod {
+				s.t.Errorf("defer pod %s is selected by the Job's selector %s", deferPod, sel)
+			}
+		}
+	}
+	p, err := s.env.Clientset.CoreV1().Pods(s.ns).Get(s.ctx, deferPod, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, o := range p.OwnerReferences {
+		if o.UID == j.UID || o.Kind == "Job" {
+			s.t.Errorf("defer pod %s is owned by %s %s", deferPod, o.Kind, o.Name)
+		}
+	}
+	s.logf("defer pod %s: none of Job %s's labels or owners", deferPod, job)
+}

@@ -20,9 +20,11 @@ import (
 
 // While kdefer is down (its webhook server gone, deploy/webhook's
 // configurations in place, failurePolicy Fail), an opted-in Job's UPDATEs
-// that change neither its pod template nor its annotations still pass: the
-// garbage collector adding and removing a finalizer, Kueue un-suspending
-// it. A change kdefer must see, to the template, waits for kdefer.
+// that change nothing kdefer reads still pass: the garbage collector adding
+// and removing a finalizer, a label or another tool's annotation, Kueue
+// admitting it (its labels and node selector on the template, then
+// un-suspended). A change kdefer must see, to its labels or annotations on
+// the Job or its template, waits for kdefer.
 func TestJobUpdatesWhileKdeferDown(t *testing.T) {
 	env := envtest.Start(t, envtest.WithWebhooks())
 	ctx, stop := context.WithCancel(context.Background())
@@ -58,6 +60,8 @@ func TestJobUpdatesWhileKdeferDown(t *testing.T) {
 		{"a finalizer added, as the garbage collector's foreground deletion does", `{"metadata":{"finalizers":["e2e.kdefer.io/hold"]}}`},
 		{"the finalizer removed", `{"metadata":{"finalizers":null}}`},
 		{"a label added", `{"metadata":{"labels":{"team":"physics"}}}`},
+		{"another tool's annotation added", `{"metadata":{"annotations":{"example.com/owner":"physics"}}}`},
+		{"its template given a label and a node selector, as Kueue admits it", `{"spec":{"template":{"metadata":{"labels":{"kueue.x-k8s.io/podset":"main"}},"spec":{"nodeSelector":{"pool":"batch"}}}}}`},
 		{"un-suspended, as Kueue admits it", `{"spec":{"suspend":false}}`},
 	} {
 		if err := patch(tc.patch); err != nil {
@@ -68,7 +72,14 @@ func TestJobUpdatesWhileKdeferDown(t *testing.T) {
 	if err := env.Client.Create(bg, job2); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 		t.Errorf("an opted-in Job created while kdefer is down: %v, want refused (it would run unrendered)", err)
 	}
-	if err := patch(`{"metadata":{"annotations":{"kdefer.io/stage-out":"s3://elsewhere/{pod}/"}}}`); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
-		t.Errorf("kdefer's annotation changed while kdefer is down: %v, want refused until kdefer can check it", err)
+	for _, tc := range []struct{ what, patch string }{
+		{"kdefer's annotation changed", `{"metadata":{"annotations":{"kdefer.io/stage-out":"s3://elsewhere/{pod}/"}}}`},
+		{"kdefer's annotation removed", `{"metadata":{"annotations":{"kdefer.io/credentials":null}}}`},
+		{"a kdefer annotation of the template changed", `{"spec":{"template":{"metadata":{"annotations":{"kdefer.io/rendered":"forged"}}}}}`},
+		{"kdefer's label of the template removed", `{"spec":{"template":{"metadata":{"labels":{"kdefer.io/managed":null}}}}}`},
+	} {
+		if err := patch(tc.patch); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+			t.Errorf("%s while kdefer is down: %v, want refused until kdefer can check it", tc.what, err)
+		}
 	}
 }

@@ -94,6 +94,20 @@ const NodeAgentService = "kdefer-node"
 // LeaderElectionID is the Lease kdefer's replicas elect a leader with.
 const LeaderElectionID = "kdefer-controller.kdefer.io"
 
+// LeaderPodLabel, on the Lease, names the pod of the replica that leads
+// (its POD_NAME, from the downward API). The Lease's holderIdentity is the
+// host name and a random suffix, which names no pod: a host-network
+// replica's host name is its node's, and nodes may share one.
+const LeaderPodLabel = "kdefer.io/leader-pod"
+
+// leaderLabels is what the leading replica writes on the Lease.
+func leaderLabels() map[string]string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return map[string]string{LeaderPodLabel: pod}
+	}
+	return nil
+}
+
 // The manager's client-side limits towards the apiserver by default
 // (kdefer-controller --kube-api-qps, --kube-api-burst; the benchmark uses
 // them too). A burst of pod ends is a burst of defer pod creations, one
@@ -153,6 +167,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       mo.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionLabels:          leaderLabels(),
 		GracefulShutdownTimeout:       ptr.To(10 * time.Second),
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 		NewClient:                     mo.NewClient,
