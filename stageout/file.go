@@ -133,7 +133,19 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 		return false, e.result(src, f)
 	}
 	moved := e.prog.Attempt()
+	attempt := 0
 	err := e.retry(ctx, src, func(ctx context.Context) error {
+		if attempt++; attempt > 1 {
+			// The attempt before may have stored the object although its
+			// answer was lost (the server went away just after writing
+			// it): look before writing it again, so an upload resumed
+			// after an outage writes nothing twice.
+			if oi, err := e.be.Stat(ctx, f.key); err == nil && oi.Size == f.size {
+				if same, err := e.sameContent(src, f, oi); err == nil && same {
+					return nil
+				}
+			}
+		}
 		moved.Restart()
 		crc, err := e.be.Put(ctx, f.key, src, f.size, storage.PutOptions{Progress: moved.Add, ContentType: storage.ContentTypeOf(f.rel)})
 		f.crc = crc
@@ -176,6 +188,13 @@ func (e *engine) alreadyStored(ctx context.Context, src *source, f *file) (bool,
 	if oi.Size != f.size {
 		return false, nil
 	}
+	return e.sameContent(src, f, oi)
+}
+
+// sameContent reports whether the stored object oi, of f's size, has f's
+// content, by the strongest checksum the store keeps (none: not known to be
+// complete, so false).
+func (e *engine) sameContent(src *source, f *file, oi storage.ObjectInfo) (bool, error) {
 	if f.size == 0 {
 		return true, nil // nothing to compare; stores keep no checksum of empty objects
 	}
