@@ -284,7 +284,7 @@ func (s *scenario) pvcGuarded(pod string) {
 
 // waitManifest waits until the pod's manifest is in the bucket (for runs
 // whose DeferRun may be gone with its Job by the time the test looks).
-func (s *scenario) waitManifest(job, pod string, timeout time.Duration) {
+func (s *scenario) waitManifest(job, pod string, timeout time.Duration) { //nolint:unparam // a scenario names its Job
 	s.t.Helper()
 	key := s.ns + "/" + job + "/" + pod + "/_kdefer/manifest.json"
 	err := clusterenv.WaitFor(s.ctx, timeout, "s3://"+bucket+"/"+key, func(ctx context.Context) (bool, error) {

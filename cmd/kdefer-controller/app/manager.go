@@ -94,10 +94,10 @@ const NodeAgentService = "kdefer-node"
 // LeaderElectionID is the Lease kdefer's replicas elect a leader with.
 const LeaderElectionID = "kdefer-controller.kdefer.io"
 
-// LeaderPodLabel, on the Lease, names the pod of the replica that leads
-// (its POD_NAME, from the downward API). The Lease's holderIdentity is the
-// host name and a random suffix, which names no pod: a host-network
-// replica's host name is its node's, and nodes may share one.
+// LeaderPodLabel is the Lease's label that names the pod of the replica
+// that leads (its POD_NAME, from the downward API). The Lease's
+// holderIdentity is the host name and a random suffix, which names no pod:
+// a host-network replica's host name is its node's, and nodes may share one.
 const LeaderPodLabel = "kdefer.io/leader-pod"
 
 // leaderLabels is what the leading replica writes on the Lease.
