@@ -144,8 +144,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			// (ParseManifest checked that it stays inside the tree).
 			entries = append(entries, entry{key: loc.Prefix + f.Key, rel: storage.NameOf(f), size: f.Size, crc: crc, hasCRC: true, extra: extra})
 		}
-		o.Log.Info().Str("manifest", res.ManifestURL).Interface("identity", m.Identity).Str("trigger", m.Trigger).
-			Str("exitCode", m.ExitCode).Time("end", m.End).Str("tool", m.Tool).Int("files", len(m.Files)).Msg("stage in committed outputs")
+		ev := o.Log.Info().Str("manifest", res.ManifestURL)
+		if len(m.Identity) > 0 {
+			ev = ev.Interface("identity", m.Identity)
+		}
+		if m.Trigger != "" {
+			ev = ev.Str("trigger", m.Trigger)
+		}
+		if m.ExitCode != "" {
+			ev = ev.Str("exitCode", m.ExitCode)
+		}
+		ev.Time("committed", m.End).Str("tool", m.Tool).Int("files", len(m.Files)).Msg("stage in committed outputs")
 	}
 	if entries, err = choose(entries, filter, o.AllowEmpty, loc); err != nil {
 		return Result{}, err
