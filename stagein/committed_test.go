@@ -17,9 +17,8 @@ import (
 )
 
 // commit stores tree under loc's prefix and then, as kdefer-stage out does,
-// the manifest listing it (with the optional checksums extra), and returns
-// that manifest.
-func commit(t *testing.T, be storage.Backend, loc storage.Location, tree stagetest.Tree, extra storage.Checksums) *stagecontract.Manifest {
+// the manifest listing it (with the optional checksums extra).
+func commit(t *testing.T, be storage.Backend, loc storage.Location, tree stagetest.Tree, extra storage.Checksums) {
 	t.Helper()
 	start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	m := &stagecontract.Manifest{Version: stagecontract.ManifestVersion, Tool: "kdefer-stage test", Prefix: loc.String(),
@@ -35,7 +34,6 @@ func commit(t *testing.T, be storage.Backend, loc storage.Location, tree stagete
 		m.TotalBytes += int64(len(tree[name]))
 	}
 	putManifestOf(t, be, loc, m)
-	return m
 }
 
 func putManifestOf(t *testing.T, be storage.Backend, loc storage.Location, m *stagecontract.Manifest) {
