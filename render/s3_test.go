@@ -1,6 +1,8 @@
 package render_test
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,5 +55,27 @@ func TestRenderS3Settings(t *testing.T) {
 				t.Errorf("container %s mounts the CA bundle", c.Name)
 			}
 		}
+	}
+}
+
+// stageIn[].allowUncommitted reaches its stage-in step as
+// --allow-uncommitted, and only that one.
+func TestRenderStageInAllowUncommitted(t *testing.T) {
+	policy := &v1.DeferPolicySpec{
+		StageOut: &v1.StageOut{URL: "s3://out/{pod}/"},
+		StageIn:  []v1.StageIn{{URL: "s3://in/a/", Path: "a"}, {URL: "s3://in/b/", Path: "b", AllowUncommitted: true}},
+	}
+	job := rt.MakeJob("j", ns).Obj()
+	job.Annotations = map[string]string{v1.AnnotationPolicy: "p"}
+	out, err := render.Job(job, policy, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, c := range out.Spec.Template.Spec.InitContainers {
+		got[c.Name] = slices.Contains(c.Args, "--allow-uncommitted")
+	}
+	if want := map[string]bool{render.StageInContainerName + "-0": false, render.StageInContainerName + "-1": true}; !maps.Equal(got, want) {
+		t.Errorf("--allow-uncommitted per stage-in container: %v, want %v", got, want)
 	}
 }

@@ -47,6 +47,9 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+	if in.AllowUncommitted {
+		c.Args = append(c.Args, "--allow-uncommitted") // stagein.Options.AllowUncommitted
+	}
 	if _, m := S3CABundle(&pol); m != nil {
 		c.VolumeMounts = append(c.VolumeMounts, *m)
 	}

@@ -32,6 +32,9 @@ type StageSummary struct {
 	// ManifestURL of the manifest written (stage-out) or read (stage-in),
 	// without credentials or query parameters.
 	ManifestURL string `json:"manifestURL,omitempty"`
+	// CommittedBy, on a stage-in from a manifest, names the stage-out
+	// that committed the inputs (from the manifest).
+	CommittedBy *Committer `json:"committedBy,omitempty"`
 	// ErrorClass is empty on success, else "transient", "permanent" or "usage".
 	ErrorClass string `json:"errorClass,omitempty"`
 	// Error is the failure message (never holds credentials).
@@ -43,3 +46,12 @@ const (
 	MaxSummaryLogWarnings = 4
 	MaxLogWarningReason   = 200
 )
+
+// Committer is the stage-out that wrote a manifest, as the manifest
+// records it: its pod's name and uid (Identity's "pod" and "uid") and the
+// trigger that ended the pod. The manifest holds the rest of its identity.
+type Committer struct {
+	Pod     string `json:"pod,omitempty"`
+	UID     string `json:"uid,omitempty"`
+	Trigger string `json:"trigger,omitempty"`
+}

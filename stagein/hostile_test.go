@@ -24,6 +24,7 @@ func TestEveryStore(t *testing.T) {
 	storagetest.ForEachStore(t, func(t *testing.T, h storagetest.Harness) {
 		t.Run("HostileKeys", func(t *testing.T) { testHostileKeys(t, h) })
 		t.Run("HostileManifest", func(t *testing.T) { testHostileManifest(t, h) })
+		t.Run("ReplacedObject", func(t *testing.T) { testReplacedObject(t, h) })
 	})
 }
 

@@ -91,7 +91,7 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 		got.Set |= serial
 		got.MD5, got.SHA256 = back.MD5, back.SHA256
 	}
-	return storage.WithOp("download "+strconv.Quote(en.key), verify(en, oi, en.size, got))
+	return storage.WithOp("download "+strconv.Quote(en.key), d.judge(ctx, verify(en, oi, en.size, got)))
 }
 
 func firstErr(errs []error) error {

@@ -38,6 +38,12 @@ type Options struct {
 	// AllowEmpty accepts a prefix with no objects (else a permanent error:
 	// missing inputs are almost always a wrong URL).
 	AllowEmpty bool
+	// AllowUncommitted stages in a prefix that holds kdefer's own objects
+	// (stagecontract.ReservedDir) but no manifest, every object but those,
+	// as a prefix without any is. Without it such a prefix, whose
+	// stage-out never committed (it was stopped, failed or still runs),
+	// is refused.
+	AllowUncommitted bool
 	// TransferOptions are shared with stage-out; Backend, when set, is
 	// used instead of opening From.
 	storage.TransferOptions
@@ -89,47 +95,66 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 
 	// Collect and check every key before writing anything: one hostile key
-	// refuses the whole run, so nothing partial is left to trust.
+	// refuses the whole run, so nothing partial is left to trust. A prefix
+	// that holds a manifest is staged in from it, as its URL would be: the
+	// committed outputs, never a leftover beside them.
 	var entries []entry
 	var man *stagecontract.Manifest
 	res := Result{}
+	mkey := loc.Prefix + stagecontract.ManifestKey
+	if !isManifest {
+		if isManifest, err = hasManifest(ctx, be, mkey, o.Retry); err != nil {
+			return Result{}, err
+		}
+	}
+	if !isManifest {
+		var reserved string
+		entries, reserved, isManifest, err = list(ctx, be, loc, o.Retry)
+		if err != nil {
+			return Result{}, err
+		}
+		switch {
+		case isManifest:
+			entries = nil // committed since hasManifest looked
+		case reserved != "" && !o.AllowUncommitted:
+			return Result{}, storage.Permanentf("stage in once the stage-out that writes the prefix has completed, or pass --allow-uncommitted (the DeferPolicy's stageIn[].allowUncommitted) to take its objects as they are",
+				"%s holds kdefer's objects (%s) but no manifest (%s): the stage-out that wrote it never committed it (it was stopped, failed, or is still running)",
+				loc.String(), strconv.Quote(strings.TrimPrefix(reserved, loc.Prefix)), stagecontract.ManifestKey)
+		case reserved != "":
+			o.Log.Warn().Str("from", loc.String()).Str("reserved", strings.TrimPrefix(reserved, loc.Prefix)).
+				Msg("stage in an uncommitted prefix (--allow-uncommitted): no manifest, kdefer's objects left out")
+		}
+	}
+	if !isManifest && len(entries) == 0 && !o.AllowEmpty {
+		return Result{}, storage.Permanentf("fix the URL, or pass --allow-empty", "no objects under %s", loc.String())
+	}
+	var mref *manifestRef
 	if isManifest {
-		mkey := loc.Prefix + stagecontract.ManifestKey
 		m, err := storage.ReadManifest(ctx, be, mkey, o.Retry)
 		if err != nil {
 			return Result{}, err
 		}
 		res.ManifestURL = loc.KeyURL(mkey)
 		man = m
+		res.Committer = committerOf(m)
+		mref = &manifestRef{key: mkey, start: m.Start, end: m.End}
+		entries = make([]entry, 0, len(m.Files))
 		for _, f := range m.Files {
 			// A name the store could not hold is restored as it was
 			// (ParseManifest checked that it stays inside the tree).
 			entries = append(entries, fileEntry(loc.Prefix, f, storage.NameOf(f)))
 		}
-	} else {
-		err = o.Retry.Do(ctx, func(ctx context.Context) error {
-			entries = entries[:0]
-			return be.List(ctx, loc.Prefix, func(oi storage.ObjectInfo) error {
-				if strings.HasPrefix(oi.Key, loc.Prefix+stagecontract.ReservedDir) {
-					return nil // kdefer's own objects
-				}
-				if oi.Refused != nil {
-					return oi.Refused
-				}
-				rel, err := storage.RelFor(loc.Prefix, oi.Key)
-				if err != nil {
-					return err
-				}
-				entries = append(entries, entry{key: oi.Key, rel: rel, size: oi.Size})
-				return nil
-			})
-		})
-		if err != nil {
-			return Result{}, storage.WithOp("list "+loc.String(), err)
+		ev := o.Log.Info().Str("manifest", res.ManifestURL)
+		if len(m.Identity) > 0 {
+			ev = ev.Interface("identity", m.Identity)
 		}
-		if len(entries) == 0 && !o.AllowEmpty {
-			return Result{}, storage.Permanentf("fix the URL, or pass --allow-empty", "no objects under %s", loc.String())
+		if m.Trigger != "" {
+			ev = ev.Str("trigger", m.Trigger)
 		}
+		if m.ExitCode != "" {
+			ev = ev.Str("exitCode", m.ExitCode)
+		}
+		ev.Time("committed", m.End).Str("tool", m.Tool).Int("files", len(m.Files)).Msg("stage in committed outputs")
 	}
 	if entries, err = choose(entries, filter, o.AllowEmpty, loc); err != nil {
 		return Result{}, err
@@ -170,7 +195,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer stopProgress()
 	go o.ReportProgress(pctx, prog)
 
-	d := &downloader{o: o, be: be, root: root, prog: prog}
+	d := &downloader{o: o, be: be, root: root, prog: prog, manifest: mref}
 	pool := storage.NewPool(ctx, o.Concurrency)
 	err = pool.Each(len(entries), func(ctx context.Context, i int) error { return d.file(ctx, pool, &entries[i]) })
 	if err != nil {
@@ -200,6 +225,8 @@ type downloader struct {
 	root *os.Root
 	prog *storage.Progress
 	dirs sync.Map // directories created
+	// manifest is the manifest the entries come from, nil in prefix mode.
+	manifest *manifestRef
 }
 
 func (d *downloader) done(en *entry, moved bool) {
@@ -337,7 +364,7 @@ func (d *downloader) whole(ctx context.Context, f *os.File, en *entry) error {
 		if err != nil {
 			return err
 		}
-		return verify(en, oi, n, h.Sums())
+		return d.judge(ctx, verify(en, oi, n, h.Sums()))
 	})
 	return storage.WithOp("download "+strconv.Quote(en.key), err)
 }

@@ -29,22 +29,29 @@ func hashes(en *entry, oi storage.ObjectInfo) storage.Checksums {
 
 // verify checks n bytes read, with checksums got (hashes' set), against
 // what is known of the object. A manifest always decides when there is one
-// (its CRC32C and whichever optional checksums it records), and a mismatch
-// with it is retried: the object may be being replaced by a rerun of the
-// stage-out. Without one the store's own word decides — the size it listed
-// and sent, its CRC32C, else its MD5 — and a mismatch is permanent: the
-// stored object is corrupt or truncated, which no retry mends, and a
-// stage-in that wrote it anyway would hand the job wrong inputs with exit 0.
+// (its CRC32C and whichever optional checksums it records); an object that
+// differs from it (errDiffers) is transient here, and judge tells whether
+// the manifest is still the prefix's (then the object is corrupt) or a rerun
+// of the stage-out is replacing it. A stream that ends before the size the
+// store sent is only transient. Without a manifest the store's own word
+// decides — the size it listed and sent, its CRC32C, else its MD5 — and a
+// mismatch is permanent: the stored object is corrupt or truncated, which
+// no retry mends, and a stage-in that wrote it anyway would hand the job
+// wrong inputs with exit 0.
 func verify(en *entry, oi storage.ObjectInfo, n int64, got storage.Sums) error {
 	if en.hasCRC {
 		if n != en.size {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("got %d bytes, manifest says %d", n, en.size)}
+			err := fmt.Errorf("got %d bytes, manifest says %d", n, en.size)
+			if n == oi.Size {
+				err = fmt.Errorf("%w: size mismatch: the store has %d bytes, the manifest %d", errDiffers, n, en.size)
+			}
+			return &storage.Error{Class: storage.Transient, Err: err}
 		}
 		want := en.extra
 		want.Set |= storage.CRC32C
 		want.CRC32C = en.crc
 		if m := got.Mismatch(want); m != "" {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: %s (the manifest's)", errChecksum, m)}
+			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: %w: %s", errDiffers, errChecksum, m)}
 		}
 		return nil
 	}

@@ -87,6 +87,8 @@ type TransferResult struct {
 	TotalBytes int64
 	// ManifestURL of the manifest written or read, without credentials.
 	ManifestURL string
+	// Committer of the manifest a stage-in read (StageSummary.CommittedBy).
+	Committer *stagecontract.Committer
 	// Unsaved counts the files a stage-out chose but could not store; the
 	// manifest lists each with its reason (stagecontract.StageSummary.Unsaved).
 	Unsaved int64

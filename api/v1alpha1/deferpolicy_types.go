@@ -225,6 +225,15 @@ type StageIn struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(s, s == '..')",message="stageIn.path must be relative to the work volume and must not contain '..'"
 	Path string `json:"path,omitempty"`
+
+	// allowUncommitted stages in a prefix that holds kdefer's _kdefer/
+	// objects but no manifest (a stage-out that was stopped, failed or
+	// still runs), its objects as they are. By default such a prefix fails
+	// the stage-in: a prefix with a manifest gives exactly the files it
+	// lists, verified, and one without kdefer's objects everything under it
+	// (kdefer-stage in --allow-uncommitted).
+	// +optional
+	AllowUncommitted bool `json:"allowUncommitted,omitempty"`
 }
 
 // WorkVolume describes the volume whose contents outlive the pod.

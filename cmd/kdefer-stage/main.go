@@ -114,8 +114,10 @@ disable_https=true. Credentials come from the AWS environment or files only.`,
 		cmd: &cobra.Command{
 			Use:   "in --from URL --to DIR",
 			Short: "Download a prefix, or the files of a manifest, into DIR",
-			Long: `Download every object under the URL prefix into DIR, or, when the URL ends in
-/` + stagecontract.ManifestKey + `, exactly the files it lists, verifying their checksums.
+			Long: `Download the files of the manifest a prefix holds (PREFIX/` + stagecontract.ManifestKey + `),
+or of the manifest the URL names, verifying every checksum it records; a
+prefix without kdefer's objects is downloaded whole, checked against the
+checksums the store keeps.
 Files are written to a temporary name and renamed when complete; files
 already present with the right content are skipped; keys that would leave
 DIR are refused before anything is written.`,
@@ -130,6 +132,7 @@ DIR are refused before anything is written.`,
 	inCmd.Flags().StringVar(&in.To, "to", "", "destination directory (required)")
 	inCmd.Flags().StringVar(&in.VolumeRoot, "volume-root", "", volumeRootUsage)
 	inCmd.Flags().BoolVar(&in.AllowEmpty, "allow-empty", false, "succeed when the prefix holds no objects")
+	inCmd.Flags().BoolVar(&in.AllowUncommitted, "allow-uncommitted", false, "stage in a prefix that holds kdefer's "+stagecontract.ReservedDir+" objects but no manifest (a stage-out that never completed), its objects as they are; without it such a prefix is refused (exit 3)")
 	_ = inCmd.MarkFlagRequired("from")
 	_ = inCmd.MarkFlagRequired("to")
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -84,6 +86,16 @@ func TestCLIExitCodes(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(vol, "pipe"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A prefix a stage-out left before its manifest.
+	uncommitted := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(uncommitted, stagecontract.LogsDir, "p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a.txt", stagecontract.LogsDir + "p/main.log"} {
+		if err := os.WriteFile(filepath.Join(uncommitted, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name  string
 		args  []string
@@ -103,6 +115,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{"source outside the volume", []string{"out", "--volume-root", vol, "--from", src, "--to", "mem://b/p"}, stagecontract.ExitUsage, "usage", "not inside"},
 		{"server down", []string{"out", "--from", src, "--to", "s3://bkt/p?endpoint=http://127.0.0.1:1", "--attempts", "2"}, stagecontract.ExitTransient, "transient", ""},
 		{"empty input prefix", []string{"in", "--from", "mem://b/p", "--to", filepath.Join(src, "in")}, stagecontract.ExitPermanent, "permanent", "no objects"},
+		{"uncommitted input prefix", []string{"in", "--from", "file://" + uncommitted, "--to", filepath.Join(src, "in")}, stagecontract.ExitPermanent, "permanent", "--allow-uncommitted"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +135,47 @@ func TestCLIExitCodes(t *testing.T) {
 				t.Errorf("a credential leaked:\n%s\n%s", stderr, s.Error)
 			}
 		})
+	}
+}
+
+// The prefix a stage-out committed is staged in from its manifest: a byte
+// flipped in an output after the commit fails the stage-in (exit 3), naming
+// the object and both checksums; intact, the summary names the committer.
+func TestCLICommittedInputs(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	data := bytes.Repeat([]byte("output "), 100)
+	if err := os.WriteFile(filepath.Join(src, "out.txt"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KDEFER_POD", "producer-0")
+	t.Setenv("KDEFER_UID", "uid-7")
+	t.Setenv("KDEFER_TRIGGER", "Evicted")
+	if code, s, stderr := runCLI(t, "out", "--from", src, "--to", "file://"+dst); code != 0 {
+		t.Fatalf("out: exit %d summary %+v\n%s", code, s, stderr)
+	}
+	code, s, stderr := runCLI(t, "in", "--from", "file://"+dst, "--to", filepath.Join(t.TempDir(), "in"))
+	want := &stagecontract.Committer{Pod: "producer-0", UID: "uid-7", Trigger: "Evicted"}
+	if code != 0 || s.ManifestURL != "file://"+dst+"/"+stagecontract.ManifestKey || !cmp.Equal(s.CommittedBy, want) {
+		t.Errorf("in: exit %d summary %+v committedBy %+v, want the manifest and %+v\n%s", code, s, s.CommittedBy, want, stderr)
+	}
+	if !strings.Contains(stderr, `"identity":{`) || !strings.Contains(stderr, `"uid":"uid-7"`) {
+		t.Errorf("in's log does not name the manifest's identity:\n%s", stderr)
+	}
+
+	bad := bytes.Clone(data)
+	bad[10] ^= 1
+	if err := os.WriteFile(filepath.Join(dst, "out.txt"), bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, s, stderr = runCLI(t, "in", "--from", "file://"+dst, "--to", filepath.Join(t.TempDir(), "in"))
+	if code != stagecontract.ExitPermanent || s.ErrorClass != "permanent" {
+		t.Fatalf("in of a damaged output: exit %d summary %+v, want exit %d\n%s", code, s, stagecontract.ExitPermanent, stderr)
+	}
+	for _, say := range []string{`"out.txt"`, fmt.Sprintf("crc32c:%08x", crc32.Checksum(bad, crc32.MakeTable(crc32.Castagnoli))),
+		fmt.Sprintf("crc32c:%08x", crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))} {
+		if !strings.Contains(s.Error, say) {
+			t.Errorf("summary error %q does not say %s", s.Error, say)
+		}
 	}
 }
 

@@ -204,7 +204,7 @@ func (o *options) logger() (zerolog.Logger, time.Duration, bool) {
 func (o *options) finish(log zerolog.Logger, op string, start time.Time, r storage.TransferResult, err error) int {
 	s := stagecontract.StageSummary{Op: op, DurationSeconds: float64(time.Since(start).Milliseconds()) / 1000,
 		Bytes: r.Bytes, Objects: r.Objects, Skipped: r.Skipped, TotalBytes: r.TotalBytes, ManifestURL: r.ManifestURL,
-		Unsaved: r.Unsaved, Logs: r.Logs, LogWarnings: r.LogWarnings}
+		CommittedBy: r.Committer, Unsaved: r.Unsaved, Logs: r.Logs, LogWarnings: r.LogWarnings}
 	code := stagecontract.ExitOK
 	if err != nil {
 		class := storage.ClassOf(err)
@@ -217,7 +217,7 @@ func (o *options) finish(log zerolog.Logger, op string, start time.Time, r stora
 			msg = msg[:maxErrorLen] + "..."
 		}
 		s.ErrorClass, s.Error = class.String(), msg
-		s.ManifestURL, s.Logs, s.LogWarnings = "", 0, nil
+		s.ManifestURL, s.CommittedBy, s.Logs, s.LogWarnings = "", nil, 0, nil
 		log.Error().Str("error", msg).Str("errorClass", s.ErrorClass).Int("exitCode", code).Msg("fail stage-" + op)
 	} else {
 		log.Info().Int64("bytes", s.Bytes).Int64("objects", s.Objects).Int64("skipped", s.Skipped).Int64("unsaved", s.Unsaved).
