@@ -160,7 +160,10 @@ func TestChartValues(t *testing.T) {
 func TestChartRefuses(t *testing.T) {
 	for _, tc := range []struct{ values, want string }{
 		{"replicas: 2\nleaderElection: {enabled: false}", "needs leaderElection.enabled"},
-		{"certificates: {mode: vault}", "use self-signed or cert-manager"},
+		// values.schema.json refuses these before the templates run.
+		{"certificates: {mode: vault}", "value must be one of 'self-signed', 'cert-manager'"},
+		{"replicas: two", "at '/replicas': got string, want integer"},
+		{"nodeAgent: {enable: false}", "additional properties 'enable' not allowed"},
 	} {
 		_, err := renderErr(t, tc.values, namespace)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
