@@ -2,13 +2,12 @@ package helmchart
 
 import (
 	"reflect"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"slices"
 	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"sigs.k8s.io/yaml"
