@@ -123,6 +123,15 @@ generate:
 	rm -rf $(CHART)/files
 	for d in crd rbac webhook policy critical-pods monitoring node-agent; do mkdir -p $(CHART)/files/$$d; \
 		cp $$(ls deploy/$$d/*.yaml | grep -v -e kustomization.yaml -e daemonset.yaml) $(CHART)/files/$$d/; done
+	@# The chart's values.schema.json (helm install, upgrade, template and lint
+	@# refuse values of the wrong type or a key the chart does not know) and
+	@# README.md (the values table) from values.yaml's comments:
+	@# helm-values-schema-json and helm-docs, each pinned by its own module in
+	@# hack/tools (as crd-ref-docs is) and cached by `go tool`.
+	$(GO) -C hack/tools/helm-schema tool helm-values-schema-json --config=config.yaml \
+		--values=$(CURDIR)/$(CHART)/values.yaml --output=$(CURDIR)/$(CHART)/values.schema.json >/dev/null
+	$(GO) -C hack/tools/helm-docs tool helm-docs --log-level=warning --sort-values-order=file \
+		--chart-search-root=$(CURDIR)/$(CHART) --template-files=$(CURDIR)/hack/tools/helm-docs/README.md.gotmpl
 
 ## verify: generated code, manifests and docs/api.md are committed and current; code is
 ## formatted, vetted and linted (golangci-lint with .golangci.yml, as `make lint`;

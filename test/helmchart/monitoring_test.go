@@ -19,7 +19,7 @@ func TestPrometheusRuleIsDeploys(t *testing.T) {
 	if got == nil {
 		t.Fatal("no PrometheusRule batch-infra/kdefer with metrics.prometheusRule.enabled")
 	}
-	if diff := cmp.Diff(want.Object, got.Object); diff != "" {
+	if diff := cmp.Diff(want.Object, withoutHelmLabels(got, want).Object); diff != "" {
 		t.Errorf("the chart's PrometheusRule (+) is not deploy/monitoring/prometheusrule.yaml (-):\n%s", diff)
 	}
 
@@ -45,7 +45,7 @@ func TestGrafanaDashboardIsDeploys(t *testing.T) {
 	if got == nil {
 		t.Fatal("no ConfigMap batch-infra/kdefer-grafana-dashboard with metrics.grafanaDashboard.enabled")
 	}
-	if diff := cmp.Diff(want.Object, got.Object); diff != "" {
+	if diff := cmp.Diff(want.Object, withoutHelmLabels(got, want).Object); diff != "" {
 		t.Errorf("the chart's dashboard (+) is not deploy/monitoring/grafana-dashboard.yaml (-):\n%s", diff)
 	}
 

@@ -1,11 +1,13 @@
 package helmchart
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"sigs.k8s.io/yaml"
@@ -160,7 +162,10 @@ func TestChartValues(t *testing.T) {
 func TestChartRefuses(t *testing.T) {
 	for _, tc := range []struct{ values, want string }{
 		{"replicas: 2\nleaderElection: {enabled: false}", "needs leaderElection.enabled"},
-		{"certificates: {mode: vault}", "use self-signed or cert-manager"},
+		// values.schema.json refuses these before the templates run.
+		{"certificates: {mode: vault}", "value must be one of 'self-signed', 'cert-manager'"},
+		{"replicas: two", "at '/replicas': got string, want integer"},
+		{"nodeAgent: {enable: false}", "additional properties 'enable' not allowed"},
 	} {
 		_, err := renderErr(t, tc.values, namespace)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -177,4 +182,45 @@ func toStrings(v any) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestChartLabels: every object the chart makes, with every value set,
+// carries the standard labels, its component among them; the selectors are
+// deploy/'s (a Deployment's cannot change on upgrade).
+func TestChartLabels(t *testing.T) {
+	for _, v := range append(variants, variant{"everything", "", everything}) {
+		t.Run(v.name, func(t *testing.T) {
+			for _, u := range decode(t, render(t, v.values)) {
+				l := u.GetLabels()
+				for k, want := range map[string]string{
+					"app.kubernetes.io/name":       "kdefer",
+					"app.kubernetes.io/instance":   "kdefer",
+					"app.kubernetes.io/version":    "v0.1.0",
+					"app.kubernetes.io/part-of":    "kdefer",
+					"app.kubernetes.io/managed-by": "Helm",
+					"helm.sh/chart":                "kdefer-0.1.0",
+				} {
+					if l[k] != want {
+						t.Errorf("%s: label %s %q, want %q", key(u), k, l[k], want)
+					}
+				}
+				if l["app.kubernetes.io/component"] == "" {
+					t.Errorf("%s: no app.kubernetes.io/component label", key(u))
+				}
+			}
+		})
+	}
+	objs := index(t, render(t, everything))
+	controller := map[string]any{"app.kubernetes.io/name": "kdefer", "app.kubernetes.io/component": "controller"}
+	for k, path := range map[string][]string{
+		"Deployment kdefer-system/kdefer-controller":          {"spec", "selector", "matchLabels"},
+		"PodDisruptionBudget kdefer-system/kdefer-controller": {"spec", "selector", "matchLabels"},
+		"Service kdefer-system/kdefer-webhook":                {"spec", "selector"},
+		"Service kdefer-system/kdefer-metrics":                {"spec", "selector"},
+	} {
+		got, _, err := unstructured.NestedMap(objs[k].Object, path...)
+		if err != nil || !reflect.DeepEqual(got, controller) {
+			t.Errorf("%s: selector %v (%v), want %v", k, got, err, controller)
+		}
+	}
 }
