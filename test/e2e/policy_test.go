@@ -35,6 +35,7 @@ func TestNamespaceDefaultPolicy(t *testing.T) {
 	// The webhooks see the default through kdefer's cache: moments after
 	// it is created, a Job naming another policy is refused.
 	w := small
+	w.mode = "exit 0"
 	other := s.job("other", w)
 	delete(other.Annotations, v1.AnnotationStageOut)
 	delete(other.Annotations, v1.AnnotationCredentials)
