@@ -52,10 +52,10 @@ func (a Applied) Spec() *v1.DeferPolicySpec {
 	return &a.Policy.Spec
 }
 
-// AmbiguousDefaultError: a namespace has more than one default policy (two
-// made at once, past the webhook's check, or while it was down). Nothing
-// in the namespace is admitted or armed with a policy until one is left,
-// as a guess could pick the one without locks.
+// AmbiguousDefaultError says a namespace has more than one default policy
+// (two made at once, past the webhook's check, or while it was down).
+// Nothing in the namespace is admitted or armed until one is left, as a
+// guess could pick the one without locks.
 type AmbiguousDefaultError struct {
 	Namespace string
 	Names     []string
