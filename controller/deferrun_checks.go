@@ -41,7 +41,7 @@ func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, 
 	run := s.run
 	problem, reason := "", ""
 	if msg, ok := run.Annotations[annotationConfigError]; ok {
-		spec, err := effectivePolicy(ctx, r.client, run.Namespace, run.Spec.PolicyName, run.Annotations)
+		_, spec, err := effectivePolicy(ctx, r.client, run.Namespace, run.Spec.PolicyName, run.Annotations)
 		var perr *policyProblem
 		if err != nil && !errors.As(err, &perr) {
 			return decided, err

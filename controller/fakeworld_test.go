@@ -19,6 +19,7 @@ import (
 	kt "github.com/kdefer/kdefer/controller/testing"
 	ct "github.com/kdefer/kdefer/controller/testing/clienttest"
 	rt "github.com/kdefer/kdefer/render/testing"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 // fakeWorld runs the three reconcilers against a fake client, pass after
@@ -46,6 +47,7 @@ func newFakeWorldWith(t *testing.T, funcs interceptor.Funcs, objs ...client.Obje
 	s := scheme.New()
 	base := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(funcs).
 		WithStatusSubresource(&v1.DeferRun{}, &corev1.Pod{}).
+		WithIndex(&v1.DeferPolicy{}, resolve.IndexNamespaceDefault, resolve.NamespaceDefaultIndex).
 		WithIndex(&v1.DeferRun{}, IndexRunJob, func(o client.Object) []string { return []string{o.(*v1.DeferRun).Spec.JobName} }).
 		WithIndex(&v1.DeferRun{}, IndexRunPolicy, func(o client.Object) []string { return []string{o.(*v1.DeferRun).Spec.PolicyName} }).
 		WithObjects(objs...).Build()

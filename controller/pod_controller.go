@@ -20,6 +20,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller/podstate"
 	"github.com/kdefer/kdefer/render"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 // PodReconciler arms managed pods and records their trigger. Its key is the
@@ -218,11 +219,11 @@ func (r *PodReconciler) arm(ctx context.Context, s *podState) error {
 }
 
 // RunFor returns the DeferRun that arms pod, with its effective policy (the
-// DeferPolicy it names, read through c, and its annotations). A policy that
-// cannot be resolved is recorded in the run, which resolves it again later.
+// DeferPolicy that applies to it, read through c, and its annotations). A
+// policy that cannot be resolved is recorded in the run, which resolves it
+// again later.
 func RunFor(ctx context.Context, c client.Reader, pod *corev1.Pod) (*v1.DeferRun, error) {
-	policyName := pod.Annotations[v1.AnnotationPolicy]
-	eff, err := effectivePolicy(ctx, c, pod.Namespace, policyName, pod.Annotations)
+	policyName, eff, err := effectivePolicy(ctx, c, pod.Namespace, pod.Annotations[v1.AnnotationPolicy], pod.Annotations)
 	configErr := ""
 	var problem *policyProblem
 	switch {
@@ -243,26 +244,33 @@ type policyProblem struct{ msg, reason string }
 
 func (p *policyProblem) Error() string { return p.msg }
 
-// effectivePolicy computes the policy for an object in namespace ns from
-// the DeferPolicy policyName (read through c; "" for none) and its kdefer
-// annotations. A *policyProblem says what the user must fix; the spec that
-// comes with it is what could be computed (from the annotations alone when
-// the DeferPolicy is missing). Any other error is the API's.
-func effectivePolicy(ctx context.Context, c client.Reader, ns, policyName string, ann map[string]string) (v1.DeferPolicySpec, error) {
-	var spec *v1.DeferPolicySpec
+// effectivePolicy computes the policy for an object in namespace ns that
+// names DeferPolicy named ("" for none) from the DeferPolicy that applies
+// to it (resolve.Policy, read through c: the named one, else the
+// namespace's default) and its kdefer annotations, and returns the applied
+// policy's name too (named when it cannot be resolved). A *policyProblem
+// says what the user must fix; the spec that comes with it is what could
+// be computed (from the annotations alone when no policy could be
+// resolved). Any other error is the API's.
+func effectivePolicy(ctx context.Context, c client.Reader, ns, named string, ann map[string]string) (string, v1.DeferPolicySpec, error) {
+	name := named
 	var problem *policyProblem
-	if policyName != "" {
-		pol := &v1.DeferPolicy{}
-		err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: policyName}, pol)
-		switch {
-		case apierrors.IsNotFound(err):
-			problem = &policyProblem{policyNotFound(ns, policyName), v1.ReasonPolicyNotFound}
-		case err != nil:
-			return v1.DeferPolicySpec{}, fmt.Errorf("reading DeferPolicy %s: %w", policyName, err)
-		default:
-			spec = &pol.Spec
-		}
+	applied, err := resolve.Policy(ctx, resolve.Cluster{Reader: c, Cache: c}, ns, named)
+	var annErr *v1.AnnotationError
+	var ambiguous *resolve.AmbiguousDefaultError
+	switch {
+	case apierrors.IsNotFound(err):
+		problem = &policyProblem{policyNotFound(ns, named), v1.ReasonPolicyNotFound}
+	case errors.As(err, &annErr):
+		problem = &policyProblem{err.Error(), v1.ReasonBadAnnotation}
+	case errors.As(err, &ambiguous):
+		problem = &policyProblem{err.Error(), v1.ReasonInvalidPolicy}
+	case err != nil:
+		return name, v1.DeferPolicySpec{}, err
+	default:
+		name = applied.Name()
 	}
+	spec := applied.Spec()
 	eff, err := render.EffectivePolicy(spec, ann)
 	if err != nil && problem == nil {
 		reason := v1.ReasonBadAnnotation
@@ -272,9 +280,9 @@ func effectivePolicy(ctx context.Context, c client.Reader, ns, policyName string
 		problem = &policyProblem{err.Error(), reason}
 	}
 	if problem != nil {
-		return eff, problem
+		return name, eff, problem
 	}
-	return eff, nil
+	return name, eff, nil
 }
 
 // adopt makes the run a second owner of every work PVC; see AdoptedOwners.

@@ -25,6 +25,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller/podstate"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 // Field indexes on DeferRuns.
@@ -47,9 +48,12 @@ type Options struct {
 	NoPrePull bool
 }
 
-// SetupIndexes registers the field indexes; call it before the manager
-// starts.
+// SetupIndexes registers the field indexes, the webhooks'
+// (resolve.IndexNamespaceDefault) too; call it before the manager starts.
 func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := resolve.SetupIndex(ctx, idx); err != nil {
+		return err
+	}
 	if err := idx.IndexField(ctx, &v1.DeferRun{}, IndexRunJob, func(o client.Object) []string {
 		if j := o.(*v1.DeferRun).Spec.JobName; j != "" {
 			return []string{j}

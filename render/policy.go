@@ -34,6 +34,9 @@ func EffectivePolicy(policy *v1.DeferPolicySpec, annotations map[string]string) 
 	var out v1.DeferPolicySpec
 	if policy != nil {
 		out = *policy.DeepCopy()
+		// Which objects a policy applies to is not what happens to one of
+		// them: a run's snapshot does not say it.
+		out.NamespaceDefault = false
 	}
 	a, perr := v1.ParseAnnotations(annotations)
 	var errs []error

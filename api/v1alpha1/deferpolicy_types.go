@@ -13,6 +13,15 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.locked) || !('stageOut' in self.locked) || has(self.stageOut)",message="spec.locked holds stageOut but spec.stageOut is not set: set spec.stageOut.url (the destination Jobs cannot change), or remove stageOut from spec.locked"
 // +kubebuilder:validation:XValidation:rule="!has(self.locked) || !('stageIn' in self.locked) || has(self.stageIn)",message="spec.locked holds stageIn but spec.stageIn is not set: set spec.stageIn (the sources Jobs cannot change), or remove stageIn from spec.locked"
 type DeferPolicySpec struct {
+	// namespaceDefault makes this policy its namespace's default: it
+	// applies to every opted-in Job and pod of the namespace that names no
+	// policy with kdefer.io/policy. A namespace has at most one default
+	// (admission refuses a second, naming the first). A default with
+	// locked fields is mandatory: a Job or pod of its namespace that names
+	// another policy is refused too, so none steps around the locks.
+	// +optional
+	NamespaceDefault bool `json:"namespaceDefault,omitempty"`
+
 	// locked lists the fields of this policy that a Job's kdefer.io
 	// annotations may not override, so the policy's owner decides where
 	// outputs go and which credentials the stage steps hold: stageOut
@@ -379,7 +388,9 @@ type DeferPolicyStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=dpol,categories=kdefer
+// +kubebuilder:printcolumn:name="Default",type=boolean,JSONPath=`.spec.namespaceDefault`
 // +kubebuilder:printcolumn:name="Stage-Out",type=string,JSONPath=`.spec.stageOut.url`
+// +kubebuilder:selectablefield:JSONPath=`.spec.namespaceDefault`
 // +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.spec.deadline`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeferPolicy struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,12 +14,14 @@ import (
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/resource"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/render"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 // inputFlags are the input flags of render and lint, kubectl's: -f FILE|DIR|-
@@ -29,7 +32,7 @@ type inputFlags struct {
 }
 
 func (f *inputFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringSliceVarP(&f.Filenames, "filename", "f", nil, "file or directory with Jobs (and the DeferPolicies they name); - for stdin; repeatable")
+	cmd.Flags().StringSliceVarP(&f.Filenames, "filename", "f", nil, "file or directory with Jobs (and the DeferPolicies they name, and their namespace's default); - for stdin; repeatable")
 	cmd.Flags().BoolVarP(&f.Recursive, "recursive", "R", false, "process the directories named by -f recursively")
 	cmd.Flags().StringVar(&f.validate, "validate", validateStrict, `unknown and duplicate fields of Jobs, CronJobs, Pods and DeferPolicies: "strict" errors, "warn" warnings, "ignore"`)
 }
@@ -271,8 +274,8 @@ func optsIn(labels map[string]string, annotations ...map[string]string) bool {
 	return false
 }
 
-// policyFor returns the spec of the DeferPolicy job names, nil if it names
-// none, or an error if the input lacks it.
+// policyFor returns the spec of the DeferPolicy that applies to job, nil if
+// none does, or an error if the input lacks the one it names.
 func policyFor(ps policies, j *batchv1.Job) (*v1.DeferPolicySpec, error) {
 	name := j.Annotations[v1.AnnotationPolicy]
 	if name == "" {
@@ -281,17 +284,40 @@ func policyFor(ps policies, j *batchv1.Job) (*v1.DeferPolicySpec, error) {
 	return ps.spec(name, j.Namespace)
 }
 
-// spec returns the spec of the DeferPolicy name in namespace ns, nil if
-// name is empty, or an error if the input lacks it.
+// spec returns the spec of the DeferPolicy that applies, as the webhooks
+// decide it (resolve.Policy), to an object of namespace ns that names
+// policy name ("" for none): nil if none does, or an error if the input
+// lacks the named one or the namespace's default forbids it.
 func (ps policies) spec(name, ns string) (*v1.DeferPolicySpec, error) {
-	if name == "" {
-		return nil, nil
-	}
-	p := ps.lookup(name, ns)
-	if p == nil {
+	applied, err := resolve.Policy(context.Background(), ps, ns, name)
+	if apierrors.IsNotFound(err) {
 		return nil, &v1.AnnotationError{Key: v1.AnnotationPolicy, Value: name,
 			Problem: fmt.Sprintf("names DeferPolicy %q, which is not in the input", name),
 			Fix:     "pass the policy too (kdefer render -f policy.yaml -f job.yaml), or get it with kubectl get deferpolicy " + name + " -o yaml"}
 	}
-	return &p.Spec, nil
+	if err != nil {
+		return nil, err
+	}
+	return applied.Spec(), nil
+}
+
+// Get implements resolve.Source on the input.
+func (ps policies) Get(_ context.Context, ns, name string) (*v1.DeferPolicy, error) {
+	if p := ps.lookup(name, ns); p != nil {
+		return p, nil
+	}
+	return nil, apierrors.NewNotFound(v1.GroupVersion.WithResource("deferpolicies").GroupResource(), name)
+}
+
+// Defaults implements resolve.Source on the input: its namespace defaults
+// of namespace ns; as for lookup, a policy or object without a namespace
+// matches any namespace.
+func (ps policies) Defaults(_ context.Context, ns string) ([]v1.DeferPolicy, error) {
+	var out []v1.DeferPolicy
+	for _, p := range ps {
+		if p.Spec.NamespaceDefault && (p.Namespace == "" || ns == "" || p.Namespace == ns) {
+			out = append(out, *p)
+		}
+	}
+	return out, nil
 }

@@ -38,17 +38,18 @@ func (h *Handlers) ValidateCronJob(ctx context.Context, req admission.Request) a
 	job := render.CronJobJob(cj)
 	warnings := render.Warnings(job)
 	name := policyName(job)
-	pol, err := h.readPolicy(ctx, job.Namespace, name)
+	intro := fmt.Sprintf("kdefer would refuse every Job of this CronJob (its spec.jobTemplate carries label %s=true; the fields below are the Job's, under spec.jobTemplate)", v1.LabelEnabled)
+	applied, err := h.resolvePolicy(ctx, job.Namespace, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		warnings = append(warnings, policyMissing(job.Namespace, name)+"; until it exists, every Job of this CronJob is refused")
 		return admission.Allowed("").WithWarnings(warnings...)
 	case err != nil:
-		return admission.Errored(http.StatusInternalServerError, err)
+		return policyDenial(job.Namespace, name, intro, err)
 	}
-	if _, err := render.Job(job, pol, h.opts.Render); err != nil {
+	if _, err := render.Job(job, applied.Spec(), h.opts.Render); err != nil {
 		logf.FromContext(ctx).V(1).Info("refused cronjob", "cronjob", req.Namespace+"/"+review.Name(&req.AdmissionRequest), "problems", render.Problems(err))
-		return denial(fmt.Sprintf("kdefer would refuse every Job of this CronJob (its spec.jobTemplate carries label %s=true; the fields below are the Job's, under spec.jobTemplate)", v1.LabelEnabled), err)
+		return denial(intro, err)
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }

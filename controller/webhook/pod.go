@@ -36,7 +36,7 @@ func (h *Handlers) MutatePod(ctx context.Context, req admission.Request) admissi
 		return admission.Allowed("")
 	}
 	log := logf.FromContext(ctx).WithValues("pod", req.Namespace+"/"+review.Name(&req.AdmissionRequest))
-	pol, deny := h.policyNamed(ctx, req.Namespace, pod.Annotations[v1.AnnotationPolicy])
+	pol, deny := h.policyApplying(ctx, req.Namespace, pod.Annotations[v1.AnnotationPolicy], "kdefer cannot manage this pod")
 	if deny != nil {
 		return *deny
 	}

@@ -16,6 +16,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -37,6 +38,7 @@ import (
 	"github.com/kdefer/kdefer/controller/certs"
 	"github.com/kdefer/kdefer/controller/webhook/review"
 	"github.com/kdefer/kdefer/render"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 // Paths the webhooks are served at; deploy/webhook/webhooks.yaml uses them.
@@ -75,9 +77,14 @@ type Options struct {
 	// Render are render's settings (stage image, pull policy); the
 	// controller's defer pods should use the same stage image.
 	Render render.Options
-	// Reader reads DeferPolicies; default: the manager's API reader (no
-	// cache, so a policy created just before its Job is seen).
+	// Reader reads the DeferPolicies Jobs and pods name; default: the
+	// manager's API reader (no cache, so a policy created just before its
+	// Job is seen).
 	Reader client.Reader
+	// Cache lists a namespace's default DeferPolicy by
+	// resolve.IndexNamespaceDefault (registered by controller.SetupIndexes);
+	// default: the manager's client, which reads its cache.
+	Cache client.Reader
 }
 
 // AddFlags registers the options as flags (the stage image is set by the
@@ -147,6 +154,9 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	default:
 		return fmt.Errorf("webhook certificate mode %q: want %s or %s", opts.CertMode, CertModeSelfSigned, CertModeExternal)
 	}
+	if opts.Cache == nil {
+		opts.Cache = mgr.GetClient()
+	}
 	Register(mgr.GetWebhookServer(), NewHandlers(opts, mgr.GetAPIReader()))
 	return mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker())
 }
@@ -163,21 +173,27 @@ func Register(srv webhook.Server, h *Handlers) {
 
 // Handlers are the webhooks' admission handlers.
 type Handlers struct {
-	opts   Options
-	reader client.Reader
+	opts          Options
+	reader, cache client.Reader
 }
 
-// NewHandlers returns the handlers; reader is used when opts.Reader is nil.
+// NewHandlers returns the handlers; reader is used when opts.Reader or
+// opts.Cache is nil.
 func NewHandlers(opts Options, reader client.Reader) *Handlers {
+	h := &Handlers{opts: opts, reader: reader, cache: reader}
 	if opts.Reader != nil {
-		reader = opts.Reader
+		h.reader = opts.Reader
 	}
-	return &Handlers{opts: opts, reader: reader}
+	if opts.Cache != nil {
+		h.cache = opts.Cache
+	}
+	return h
 }
 
-// policyFor fetches the DeferPolicy a Job names, or returns a denial.
+// policyFor returns the spec of the DeferPolicy that applies to a Job, or a
+// denial.
 func (h *Handlers) policyFor(ctx context.Context, job *batchv1.Job) (*v1.DeferPolicySpec, *admission.Response) {
-	return h.policyNamed(ctx, job.Namespace, policyName(job))
+	return h.policyApplying(ctx, job.Namespace, policyName(job), "kdefer cannot manage this Job")
 }
 
 // policyName is the DeferPolicy a Job names: its own annotation, else its
@@ -189,32 +205,37 @@ func policyName(job *batchv1.Job) string {
 	return job.Spec.Template.Annotations[v1.AnnotationPolicy]
 }
 
-// policyNamed fetches the DeferPolicy name in namespace ns (nil for ""), or
-// returns a denial.
-func (h *Handlers) policyNamed(ctx context.Context, ns, name string) (*v1.DeferPolicySpec, *admission.Response) {
-	spec, err := h.readPolicy(ctx, ns, name)
-	switch {
-	case apierrors.IsNotFound(err):
-		r := admission.Denied(policyMissing(ns, name))
-		return nil, &r
-	case err != nil:
-		r := admission.Errored(http.StatusInternalServerError, err)
+// policyApplying returns the spec of the DeferPolicy that applies to an
+// object of namespace ns that names policy named (nil for none; see
+// resolve.Policy), or a denial that starts with intro.
+func (h *Handlers) policyApplying(ctx context.Context, ns, named, intro string) (*v1.DeferPolicySpec, *admission.Response) {
+	applied, err := h.resolvePolicy(ctx, ns, named)
+	if err != nil {
+		r := policyDenial(ns, named, intro, err)
 		return nil, &r
 	}
-	return spec, nil
+	return applied.Spec(), nil
 }
 
-// readPolicy reads the DeferPolicy name in namespace ns (nil for ""); a
-// missing one is a NotFound error.
-func (h *Handlers) readPolicy(ctx context.Context, ns, name string) (*v1.DeferPolicySpec, error) {
-	if name == "" {
-		return nil, nil
+// resolvePolicy is resolve.Policy on the cluster: a named policy read by
+// the API reader, the namespace's default through the cache.
+func (h *Handlers) resolvePolicy(ctx context.Context, ns, named string) (resolve.Applied, error) {
+	return resolve.Policy(ctx, resolve.Cluster{Reader: h.reader, Cache: h.cache}, ns, named)
+}
+
+// policyDenial is the response to an error of resolvePolicy: a denial
+// for what the user can fix, else the API's error.
+func policyDenial(ns, named, intro string, err error) admission.Response {
+	var annErr *v1.AnnotationError
+	var ambiguous *resolve.AmbiguousDefaultError
+	switch {
+	case apierrors.IsNotFound(err):
+		return admission.Denied(policyMissing(ns, named))
+	case errors.As(err, &annErr) || errors.As(err, &ambiguous):
+		return denial(intro, err)
+	default:
+		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	var p v1.DeferPolicy
-	if err := h.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
-		return nil, fmt.Errorf("reading DeferPolicy %s/%s: %w", ns, name, err)
-	}
-	return &p.Spec, nil
 }
 
 func policyMissing(ns, name string) string {
@@ -294,6 +315,17 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 	if !h.opts.Render.AllowFileURLs {
 		errs = append(errs, v1.ValidateFileURLs(&p.Spec, field.NewPath("spec"))...)
 	}
+	if p.Spec.NamespaceDefault {
+		other, err := h.otherDefault(ctx, req.Namespace, p.Name)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if other != "" {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "namespaceDefault"),
+				fmt.Sprintf("DeferPolicy %s is already the default of namespace %s, and a namespace has at most one; fix: set namespaceDefault: false here, or first on %s (kubectl -n %s patch deferpolicy %s --type merge -p '{\"spec\":{\"namespaceDefault\":false}}')",
+					other, req.Namespace, other, req.Namespace, other)))
+		}
+	}
 	if len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
@@ -302,4 +334,19 @@ func (h *Handlers) ValidatePolicy(ctx context.Context, req admission.Request) ad
 		return admission.Denied(fmt.Sprintf("DeferPolicy %s is invalid:\n- %s", p.Name, strings.Join(msgs, "\n- ")))
 	}
 	return admission.Allowed("").WithWarnings(render.PolicyWarnings(&p.Spec)...)
+}
+
+// otherDefault names a default DeferPolicy of namespace ns other than
+// name ("" if there is none), read as resolve.Policy reads it.
+func (h *Handlers) otherDefault(ctx context.Context, ns, name string) (string, error) {
+	defs, err := resolve.Cluster{Reader: h.reader, Cache: h.cache}.Defaults(ctx, ns)
+	if err != nil {
+		return "", fmt.Errorf("listing the default DeferPolicies of namespace %s: %w", ns, err)
+	}
+	for _, d := range defs {
+		if d.Name != name {
+			return d.Name, nil
+		}
+	}
+	return "", nil
 }

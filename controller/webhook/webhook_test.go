@@ -20,6 +20,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/render"
 	rt "github.com/kdefer/kdefer/render/testing"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 var opts = Options{Render: render.Options{StageImage: "img:test"}}
@@ -32,7 +33,7 @@ func handlers(t *testing.T, objs ...*v1.DeferPolicy) *Handlers {
 	if err := v1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	b := fake.NewClientBuilder().WithScheme(s)
+	b := fake.NewClientBuilder().WithScheme(s).WithIndex(&v1.DeferPolicy{}, resolve.IndexNamespaceDefault, resolve.NamespaceDefaultIndex)
 	for _, o := range objs {
 		b = b.WithObjects(o)
 	}

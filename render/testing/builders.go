@@ -226,3 +226,15 @@ func (w *PolicyWrapper) DeferContainer(c corev1.Container) *PolicyWrapper {
 	w.Spec.DeferContainers = append(w.Spec.DeferContainers, c)
 	return w
 }
+
+// NamespaceDefault makes the policy its namespace's default.
+func (w *PolicyWrapper) NamespaceDefault() *PolicyWrapper {
+	w.Spec.NamespaceDefault = true
+	return w
+}
+
+// Locked sets spec.locked.
+func (w *PolicyWrapper) Locked(fields ...v1.LockedField) *PolicyWrapper {
+	w.Spec.Locked = fields
+	return w
+}

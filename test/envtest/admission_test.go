@@ -14,11 +14,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kwebhook "github.com/kdefer/kdefer/controller/webhook"
 	"github.com/kdefer/kdefer/render"
+	"github.com/kdefer/kdefer/resolve"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -30,10 +33,11 @@ func TestAdmission(t *testing.T) {
 	env := envtest.Start(t, envtest.WithWebhooks())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	serveWebhooks(t, ctx, env)
+	policies := serveWebhooks(t, ctx, env)
 
 	t.Run("CRDValidation", func(t *testing.T) { testCRDValidation(t, env) })
 	t.Run("Webhooks", func(t *testing.T) { testWebhooks(t, env) })
+	t.Run("NamespaceDefault", func(t *testing.T) { testNamespaceDefault(t, env, policies) })
 	t.Run("CronJobs", func(t *testing.T) { testCronJobs(t, env) })
 	t.Run("RetainWorkVolumes", func(t *testing.T) { testRetainPolicy(t, env) })
 	t.Run("Kustomize", func(t *testing.T) { testKustomize(t, env) })
@@ -41,11 +45,29 @@ func TestAdmission(t *testing.T) {
 
 var renderOpts = render.Options{StageImage: "kdefer.io/kdefer-stage:test"}
 
-func serveWebhooks(t *testing.T, ctx context.Context, env *envtest.Env) {
+// serveWebhooks serves the webhooks as the manager does: named policies read
+// from the apiserver, namespace defaults through a cache indexed by
+// resolve.IndexNamespaceDefault, which it returns.
+func serveWebhooks(t *testing.T, ctx context.Context, env *envtest.Env) cache.Cache {
 	t.Helper()
+	policies, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, ByObject: map[client.Object]cache.ByObject{&v1.DeferPolicy{}: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resolve.SetupIndex(ctx, policies); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := policies.Start(ctx); err != nil {
+			t.Errorf("policy cache: %v", err)
+		}
+	}()
+	if !policies.WaitForCacheSync(ctx) {
+		t.Fatal("policy cache not synced")
+	}
 	wio := env.WebhookInstallOptions
 	srv := webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir})
-	kwebhook.Register(srv, kwebhook.NewHandlers(kwebhook.Options{Render: renderOpts}, env.Client))
+	kwebhook.Register(srv, kwebhook.NewHandlers(kwebhook.Options{Render: renderOpts, Cache: policies}, env.Client))
 	(&kwebhook.PVCArmer{Client: env.Client, Reader: env.Client}).Register(srv)
 	go func() {
 		if err := srv.Start(ctx); err != nil {
@@ -58,7 +80,7 @@ func serveWebhooks(t *testing.T, ctx context.Context, env *envtest.Env) {
 		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe
 		if err == nil {
 			conn.Close()
-			return
+			return policies
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("webhook server not up: %v", err)

@@ -1,0 +1,59 @@
+package resolve
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+)
+
+// IndexNamespaceDefault is the field DeferPolicies are listed by to find a
+// namespace's default: the manager's cache indexes it (SetupIndex), and
+// the CRD declares it a selectable field, so a client without a cache (the
+// tests', kubectl's --field-selector) lists by it the same way.
+const IndexNamespaceDefault = "spec.namespaceDefault"
+
+// NamespaceDefaultIndex is the index function of IndexNamespaceDefault:
+// "true" for a default, nothing otherwise.
+func NamespaceDefaultIndex(o client.Object) []string {
+	if p, ok := o.(*v1.DeferPolicy); ok && p.Spec.NamespaceDefault {
+		return []string{"true"}
+	}
+	return nil
+}
+
+// SetupIndex registers IndexNamespaceDefault; call it before the manager
+// starts.
+func SetupIndex(ctx context.Context, idx client.FieldIndexer) error {
+	return idx.IndexField(ctx, &v1.DeferPolicy{}, IndexNamespaceDefault, NamespaceDefaultIndex)
+}
+
+// Cluster is the Source of a cluster.
+type Cluster struct {
+	// Reader reads a named DeferPolicy. The webhooks give the API reader,
+	// so a policy created just before its Job is seen.
+	Reader client.Reader
+	// Cache lists the defaults, by IndexNamespaceDefault: the manager's
+	// client, whose cache holds every DeferPolicy (the controller watches
+	// them), so a lookup on every admission costs no API request.
+	Cache client.Reader
+}
+
+// Get implements Source.
+func (c Cluster) Get(ctx context.Context, ns, name string) (*v1.DeferPolicy, error) {
+	p := &v1.DeferPolicy{}
+	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Defaults implements Source.
+func (c Cluster) Defaults(ctx context.Context, ns string) ([]v1.DeferPolicy, error) {
+	var list v1.DeferPolicyList
+	if err := c.Cache.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexNamespaceDefault: "true"}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
