@@ -91,6 +91,15 @@ func (d *downloader) ranged(ctx context.Context, pool *storage.Pool, f *os.File,
 		got.Set |= serial
 		got.MD5, got.SHA256 = back.MD5, back.SHA256
 	}
+	if en.hasCRC && got.CRC32C != en.crc {
+		// Ranges bring no full-object checksum: ask the store for its
+		// own, which tells a replaced object from bytes damaged on the way.
+		if st, err := storage.RetryValue(ctx, d.o.Retry, func(ctx context.Context) (storage.ObjectInfo, error) {
+			return d.be.Stat(ctx, en.key)
+		}); err == nil {
+			oi = st
+		}
+	}
 	return storage.WithOp("download "+strconv.Quote(en.key), verify(en, oi, en.size, got))
 }
 

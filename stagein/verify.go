@@ -31,7 +31,9 @@ func hashes(en *entry, oi storage.ObjectInfo) storage.Checksums {
 // what is known of the object. A manifest always decides when there is one
 // (its CRC32C and whichever optional checksums it records), and a mismatch
 // with it is retried: the object may be being replaced by a rerun of the
-// stage-out. Without one the store's own word decides — the size it listed
+// stage-out, or the bytes damaged on the way. It is permanent when the
+// store's own full-object CRC32C (oi) agrees with the bytes read: then the
+// object itself differs from what the manifest recorded. Without one the store's own word decides — the size it listed
 // and sent, its CRC32C, else its MD5 — and a mismatch is permanent: the
 // stored object is corrupt or truncated, which no retry mends, and a
 // stage-in that wrote it anyway would hand the job wrong inputs with exit 0.
@@ -43,10 +45,17 @@ func verify(en *entry, oi storage.ObjectInfo, n int64, got storage.Sums) error {
 		want := en.extra
 		want.Set |= storage.CRC32C
 		want.CRC32C = en.crc
-		if m := got.Mismatch(want); m != "" {
-			return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: %s (the manifest's)", errChecksum, m)}
+		m := got.Mismatch(want)
+		if m == "" {
+			return nil
 		}
-		return nil
+		if oi.HasCRC32C && oi.CRC32C == got.CRC32C && n == oi.Size {
+			// The store vouches for the bytes read: they arrived intact, and
+			// the object is not the one the manifest describes (replaced
+			// after it was written). Reading it again cannot mend that.
+			return &storage.Error{Class: storage.Permanent, Fix: corruptFix, Err: fmt.Errorf("%w: %s (the manifest's); the store has crc32c:%08x, so the object changed after the manifest was written", errChecksum, m, oi.CRC32C)}
+		}
+		return &storage.Error{Class: storage.Transient, Err: fmt.Errorf("%w: %s (the manifest's)", errChecksum, m)}
 	}
 	switch {
 	case n != en.size:
