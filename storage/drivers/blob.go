@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	azblobblob "github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/azureblob" // azblob://
 	_ "gocloud.dev/blob/fileblob"  // file://
@@ -185,7 +186,17 @@ func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length in
 		}
 		return nil, storage.ObjectInfo{}, bb.wrap(err)
 	}
-	return r, storage.ObjectInfo{Key: key, Size: r.Size(), ModTime: r.ModTime()}, nil
+	oi := storage.ObjectInfo{Key: key, Size: r.Size(), ModTime: r.ModTime()}
+	var az azblobblob.DownloadStreamResponse
+	if off == 0 && length < 0 && r.As(&az) {
+		// The MD5 Azure keeps of the blob (a read of it all), so a
+		// prefix-mode stage-in can check what it read.
+		oi.MD5 = az.BlobContentMD5
+		if oi.MD5 == nil && az.ContentRange == nil {
+			oi.MD5 = az.ContentMD5
+		}
+	}
+	return r, oi, nil
 }
 
 func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
