@@ -29,7 +29,7 @@ func TestPrefixIntegrityAzurite(t *testing.T) {
 			u := srv.URL("tamper", fmt.Sprintf("p%d/", i))
 			be, loc := storagetest.Open(t, u)
 			data := storagetest.RandBytes(uint64(70+i), size)
-			storagetest.Put(t, be, loc.Prefix+"data.bin", data)
+			storagetest.Put(t, be, loc.Prefix+"in/data.bin", data)
 			storagetest.Put(t, be, loc.Prefix+"other.txt", []byte("fine"))
 
 			flipOnDisk(t, srv.Dir, data[size/2:size/2+64])
@@ -38,7 +38,7 @@ func TestPrefixIntegrityAzurite(t *testing.T) {
 			dst := t.TempDir()
 			_, err := stagein.Run(context.Background(), inOpts(be, u, dst))
 			got, want := md5.Sum(bad), md5.Sum(data)
-			wantCorrupt(t, err, dst, "data.bin", fmt.Sprintf("md5:%x", got), fmt.Sprintf("md5:%x", want))
+			wantCorrupt(t, err, dst, "in/data.bin", fmt.Sprintf("md5:%x", got), fmt.Sprintf("md5:%x", want))
 		})
 	}
 }
