@@ -3,13 +3,17 @@ package drivers
 import (
 	"cmp"
 	"context"
+	"crypto/md5"
 	"errors"
+	"hash"
 	"io"
 	"io/fs"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	azblobblob "github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/azureblob" // azblob://
 	_ "gocloud.dev/blob/fileblob"  // file://
@@ -109,18 +113,35 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // cancelling before Close aborts the write: no partial object
+	const bufferSize = 4 << 20
+	// azblob writes an object of more than one buffer as blocks and a
+	// block list, which Azure keeps no MD5 of unless the writer gives one:
+	// without it no skip check could verify the object and every rerun
+	// would send it again. Its MD5 is computed in the same pass as the
+	// CRC32C and given with the block list.
+	var az *azblob.UploadStreamOptions
 	w, err := bb.b.NewWriter(ctx, key, &blob.WriterOptions{
 		ContentType: cmp.Or(opts.ContentType, storage.DefaultContentType),
 		// Bound the drivers' own part buffers (gs, azblob): at most one
 		// buffer per worker, 4 MiB each.
-		BufferSize:     4 << 20,
+		BufferSize:     bufferSize,
 		MaxConcurrency: 1,
+		BeforeWrite: func(as func(any) bool) error {
+			as(&az) // azblob only; the others leave az nil
+			return nil
+		},
 	})
 	if err != nil {
 		return 0, bb.wrap(err)
 	}
 	cr := &storage.CRCReader{R: io.NewSectionReader(src, 0, size), OnN: opts.Progress}
-	n, err := storage.CopyBuffer(w, cr)
+	var r io.Reader = cr
+	var sum hash.Hash
+	if az != nil && az.HTTPHeaders != nil && size >= bufferSize {
+		sum = md5.New()
+		r = io.TeeReader(cr, sum)
+	}
+	n, err := storage.CopyBuffer(w, r)
 	if err == nil && n != size {
 		err = io.ErrUnexpectedEOF
 	}
@@ -128,6 +149,11 @@ func (bb *blobBackend) Put(ctx context.Context, key string, src io.ReaderAt, siz
 		cancel()
 		_ = w.Close()
 		return 0, bb.wrap(err)
+	}
+	if sum != nil {
+		// Every byte has been handed to the upload, which commits the block
+		// list only once Close ends the stream: it sends this MD5 with it.
+		az.HTTPHeaders.BlobContentMD5 = sum.Sum(nil)
 	}
 	if err := w.Close(); err != nil {
 		return 0, bb.wrap(err)
@@ -160,7 +186,17 @@ func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length in
 		}
 		return nil, storage.ObjectInfo{}, bb.wrap(err)
 	}
-	return r, storage.ObjectInfo{Key: key, Size: r.Size(), ModTime: r.ModTime()}, nil
+	oi := storage.ObjectInfo{Key: key, Size: r.Size(), ModTime: r.ModTime()}
+	var az azblobblob.DownloadStreamResponse
+	if off == 0 && length < 0 && r.As(&az) {
+		// The MD5 Azure keeps of the blob (a read of it all), so a
+		// prefix-mode stage-in can check what it read.
+		oi.MD5 = az.BlobContentMD5
+		if oi.MD5 == nil && az.ContentRange == nil {
+			oi.MD5 = az.ContentMD5
+		}
+	}
+	return r, oi, nil
 }
 
 func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {

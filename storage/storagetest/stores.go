@@ -74,7 +74,7 @@ func Azurite(t *testing.T) Harness {
 	srv := azurite.Start(t)
 	container := fmt.Sprintf("conformance-%d", seq.Add(1))
 	srv.MakeContainer(t, container)
-	return Harness{URL: func(*testing.T) string { return srv.URL(container, uniq()+"/") }, NoPartChecksum: true}
+	return Harness{URL: func(*testing.T) string { return srv.URL(container, uniq()+"/") }}
 }
 
 // Stores are the stores every suite runs against, by subtest name.

@@ -34,6 +34,9 @@ const (
 type Server struct {
 	// Addr is host:port of the blob service.
 	Addr string
+	// Dir is its data directory (--location): blob content is kept in
+	// extent files under it, which a test may damage as a disk would.
+	Dir string
 }
 
 // Start runs Azurite's blob service and waits until it accepts connections,
@@ -63,7 +66,8 @@ func Start(t testing.TB) *Server {
 	// than this Azurite release knows; the requests kdefer makes are old.
 	// --loose: Azurite refuses headers it does not implement that Azure
 	// accepts. --disableTelemetry: nothing leaves the machine.
-	cmd := exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", port, "--location", t.TempDir(),
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", port, "--location", dir,
 		"--skipApiVersionCheck", "--loose", "--disableTelemetry")
 	cmd.Stdout, cmd.Stderr = &log, &log
 	// The server must not outlive a test binary that dies.
@@ -100,7 +104,7 @@ func Start(t testing.TB) *Server {
 	}
 	t.Setenv("AZURE_STORAGE_ACCOUNT", Account)
 	t.Setenv("AZURE_STORAGE_KEY", Key)
-	return &Server{Addr: addr}
+	return &Server{Addr: addr, Dir: dir}
 }
 
 // URL is an azblob:// URL of container and prefix on s: the emulator's
