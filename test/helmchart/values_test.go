@@ -41,6 +41,9 @@ deferPods:
   criticalQuotaNamespaces: [physics, ci]
   maxDeadline: 2h
   prePull: false
+webhook: {clientCA: {configMap: apiserver-ca, names: [kube-apiserver]}}
+networkPolicy: {enabled: true, webhookFrom: [{ipBlock: {cidr: 10.0.0.10/32}}]}
+nodeAgent: {enabled: false}
 workers: 8
 logLevel: debug
 extraArgs: [--kube-api-qps=50]
@@ -161,6 +164,7 @@ func TestChartRefuses(t *testing.T) {
 	for _, tc := range []struct{ values, want string }{
 		{"replicas: 2\nleaderElection: {enabled: false}", "needs leaderElection.enabled"},
 		{"certificates: {mode: vault}", "use self-signed or cert-manager"},
+		{"networkPolicy: {enabled: true}", "networkPolicy.webhookFrom is empty"},
 	} {
 		_, err := renderErr(t, tc.values, namespace)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
