@@ -170,22 +170,6 @@ func post(t *testing.T, url string, body []byte, dir, cert string) (int, string,
 	return resp.StatusCode, string(b), err
 }
 
-func waitTLS(t *testing.T, addr string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe
-		if err == nil {
-			conn.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook server not up: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // admissionConfig writes the apiserver's admission configuration: both
 // webhook plugins present dir/apiserver.crt to every webhook ("*").
 func admissionConfig(t *testing.T, dir string) string {
