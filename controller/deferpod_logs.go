@@ -14,7 +14,8 @@ import (
 )
 
 // LogsEndpoint is where stage-out steps fetch the ended pod's logs
-// (logsendpoint.Server: the node agent, or the webhook Service).
+// (logsendpoint.Server: the node agent, or the controller's kdefer-logs
+// Service).
 type LogsEndpoint struct {
 	// URL of the endpoint ("": logs are never archived, whatever the
 	// policies say: the webhook server is off). It may name the defer

@@ -45,7 +45,8 @@ const LogsAudience = "logs.kdefer.io"
 // LogsTokenPath is where the stage-out step finds its token.
 const LogsTokenPath = "/var/run/secrets/kdefer.io/logs/token"
 
-// LogsPath is the endpoint's path on the controller's webhook server.
+// LogsPath is the endpoint's path on the node agent and on the
+// controller's logs server.
 // GET LogsPath answers a LogsIndex; GET LogsPath?container=C&previous=B
 // streams that log. With LogsStepsParam=true both are about the bearer's
 // own defer pod instead: the logs of its defer containers (not its stage

@@ -80,11 +80,11 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	mo.Webhook.AddFlags(fs)
-	fs.StringVar(&mo.LogsURL, "logs-url", "", "URL defer pods fetch an ended pod's logs from (default https://WEBHOOK-SERVICE.NAMESPACE.svc"+stagecontract.LogsPath+")")
+	fs.StringVar(&mo.LogsURL, "logs-url", "", "URL defer pods fetch an ended pod's logs from when no node agent runs (default https://"+app.LogsService+".NAMESPACE.svc"+stagecontract.LogsPath+")")
 	fs.IntVar(&mo.NodeAgentPort, "node-agent-port", 0, "port of kdefer's node agent (kdefer-controller node-agent) on every node: defer pods fetch the ended pod's logs from it (0: from this controller, through the apiserver)")
 	fs.StringVar(&mo.NodeAgentNamespace, "node-agent-namespace", "kdefer-node", "namespace of the node agents and their certificate Secret "+app.NodeAgentCertSecret)
 	fs.StringVar(&mo.NodeAgentCertDir, "node-agent-cert-dir", "", "directory the node agents' certificate is written to (default $TMPDIR/kdefer-node-certs)")
-	fs.StringVar(&mo.LogsBindAddress, "logs-bind-address", "", "host:port of a listener of its own for the logs endpoint, with the webhook's certificate (default: served on the webhook server)")
+	fs.StringVar(&mo.LogsBindAddress, "logs-bind-address", app.DefaultLogsBindAddress, "host:port the controller's logs endpoint listens on when no node agent runs, with the webhook's certificate (never on the webhook server, which only the apiserver needs to reach)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0

@@ -36,6 +36,7 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller/certs"
+	"github.com/kdefer/kdefer/controller/webhook/clientauth"
 	"github.com/kdefer/kdefer/controller/webhook/review"
 	"github.com/kdefer/kdefer/render"
 	"github.com/kdefer/kdefer/resolve"
@@ -85,6 +86,9 @@ type Options struct {
 	// resolve.IndexNamespaceDefault (registered by controller.SetupIndexes);
 	// default: the manager's client, which reads its cache.
 	Cache client.Reader
+	// ClientAuth, when enabled, makes the webhooks answer only clients
+	// with a certificate its CA signed: the apiserver.
+	ClientAuth clientauth.Options
 }
 
 // AddFlags registers the options as flags (the stage image is set by the
@@ -96,6 +100,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default $TMPDIR/k8s-webhook-server/serving-certs)")
 	fs.BoolVar(&o.Render.AllowFileURLs, "allow-file-urls", false, "accept file:// stage URLs (a directory of the node the stage step runs on; for single-node test clusters)")
 	fs.StringVar(&o.CertMode, "webhook-cert-mode", CertModeSelfSigned, "self-signed (kdefer manages a CA, the serving certificate and the caBundles) or external (e.g. cert-manager)")
+	fs.StringVar(&o.ClientAuth.CAFile, "webhook-client-ca-file", "", "PEM CA bundle: the webhooks answer only clients with a certificate it signed, as the apiserver presents through its admission configuration (default: any client)")
+	fs.Func("webhook-client-name", "common name a webhook client certificate must have, with --webhook-client-ca-file (repeatable; default: any the CA signed)", func(s string) error {
+		o.ClientAuth.Names = append(o.ClientAuth.Names, s)
+		return nil
+	})
 	o.Certs.AddFlags(fs)
 }
 
@@ -105,14 +114,19 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 // package certs or, with cert-manager, from its Secret).
 func (o Options) Endpoint() (host, caFile string) {
 	o = o.withDefaults()
-	c := o.Certs
-	if c.ServiceName == "" {
-		c.ServiceName = "kdefer-webhook"
+	name := o.Certs.ServiceName
+	if name == "" {
+		name = "kdefer-webhook"
 	}
-	if c.Namespace == "" {
-		c.Namespace = "kdefer-system"
+	return name + "." + o.Namespace() + ".svc", filepath.Join(o.CertDir, certs.CACertKey)
+}
+
+// Namespace is kdefer's: its Services' and its certificate Secret's.
+func (o Options) Namespace() string {
+	if o.Certs.Namespace == "" {
+		return "kdefer-system"
 	}
-	return c.ServiceName + "." + c.Namespace + ".svc", filepath.Join(o.CertDir, certs.CACertKey)
+	return o.Certs.Namespace
 }
 
 func (o Options) withDefaults() Options {
@@ -129,10 +143,21 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// NewServer returns the webhook server to put in ctrl.Options.WebhookServer.
-func NewServer(opts Options) webhook.Server {
+// NewServer returns the webhook server to put in ctrl.Options.WebhookServer;
+// with opts.ClientAuth enabled, every handler registered on it answers only
+// the clients it accepts.
+func NewServer(opts Options) (webhook.Server, error) {
 	opts = opts.withDefaults()
-	return webhook.NewServer(webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir})
+	so := webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir}
+	if !opts.ClientAuth.Enabled() {
+		return webhook.NewServer(so), nil
+	}
+	tlsOpt, err := opts.ClientAuth.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	so.TLSOpts = append(so.TLSOpts, tlsOpt)
+	return opts.ClientAuth.Server(webhook.NewServer(so)), nil
 }
 
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferpolicies,verbs=get;list;watch

@@ -189,8 +189,9 @@ deploy_kdefer_helm() {
 	log "deploying kdefer (helm install deploy/helm/kdefer, images from $E2E_REGISTRY)"
 	# KDEFER_E2E_HELM_ARGS: more helminstall arguments (--set K=V), e.g. to
 	# run the scenarios against kdefer without its node agent:
-	#   --set nodeAgent.enabled=false --set logs.bindAddress=10.88.0.1:9444
-	#   --set logs.url=https://10.88.0.1:9444/kdefer/v1/logs
+	#   --set nodeAgent.enabled=false
+	# (local-values.yaml puts the controller's logs endpoint on its node's
+	# address then).
 	# shellcheck disable=SC2086
 	"$dir/bin/helminstall" -n kdefer-system -f deploy/helm/local-values.yaml "$@" $sets ${KDEFER_E2E_HELM_ARGS:-} >&2
 	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {

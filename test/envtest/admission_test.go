@@ -74,19 +74,8 @@ func serveWebhooks(t *testing.T, ctx context.Context, env *envtest.Env) cache.Ca
 			t.Errorf("webhook server: %v", err)
 		}
 	}()
-	addr := net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe
-		if err == nil {
-			conn.Close()
-			return policies
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook server not up: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitTLS(t, net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort)))
+	return policies
 }
 
 func namespace(t *testing.T, env *envtest.Env, name string) string {
@@ -154,3 +143,20 @@ func testCRDValidation(t *testing.T, env *envtest.Env) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// waitTLS waits until addr completes a TLS handshake.
+func waitTLS(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook server not up: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -56,10 +56,14 @@ func TestSelfSignedWebhooks(t *testing.T) {
 	}
 
 	opts := kwebhook.Options{Port: port, CertDir: t.TempDir(), Certs: certs.Options{DNSNames: []string{"127.0.0.1"}}, Render: renderOpts}
+	srv, err := kwebhook.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:        env.Scheme,
 		Metrics:       metricsserver.Options{BindAddress: "0"},
-		WebhookServer: kwebhook.NewServer(opts),
+		WebhookServer: srv,
 	})
 	if err != nil {
 		t.Fatal(err)

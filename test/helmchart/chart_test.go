@@ -63,6 +63,10 @@ namespace: {create: true}
 certificates: {mode: cert-manager}
 `},
 	{"local", "deploy/overlays/local", mustRead(LocalValues)},
+	{"network-policy", "test/helmchart/testdata/network-policy", `
+namespace: {create: true}
+networkPolicy: {enabled: true, webhookFrom: [{ipBlock: {cidr: 10.0.0.10/32}}]}
+`},
 }
 
 func TestChartMatchesKustomize(t *testing.T) {

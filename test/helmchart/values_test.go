@@ -43,6 +43,9 @@ deferPods:
   criticalQuotaNamespaces: [physics, ci]
   maxDeadline: 2h
   prePull: false
+webhook: {clientCA: {configMap: apiserver-ca, names: [kube-apiserver]}}
+networkPolicy: {enabled: true, webhookFrom: [{ipBlock: {cidr: 10.0.0.10/32}}]}
+nodeAgent: {enabled: false}
 workers: 8
 logLevel: debug
 extraArgs: [--kube-api-qps=50]
@@ -166,6 +169,7 @@ func TestChartRefuses(t *testing.T) {
 		{"certificates: {mode: vault}", "value must be one of 'self-signed', 'cert-manager'"},
 		{"replicas: two", "at '/replicas': got string, want integer"},
 		{"nodeAgent: {enable: false}", "additional properties 'enable' not allowed"},
+		{"networkPolicy: {enabled: true}", "networkPolicy.webhookFrom is empty"},
 	} {
 		_, err := renderErr(t, tc.values, namespace)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -60,12 +60,13 @@ type ManagerOptions struct {
 	// (Disabled in the envtest suites of the controllers).
 	Webhook webhook.Options
 	// LogsURL is the URL defer pods fetch an ended pod's logs from
-	// (default: the webhook Service's, path stagecontract.LogsPath).
+	// (default: the logs Service's, LogsService, path
+	// stagecontract.LogsPath).
 	LogsURL string
-	// LogsBindAddress, when set (host:port), serves the logs endpoint on
-	// a listener of its own with the webhook's certificate instead of on
-	// the webhook server: for a manager whose webhook server pods cannot
-	// reach (the local cluster's, on the host's loopback).
+	// LogsBindAddress (host:port, default DefaultLogsBindAddress) is the
+	// logs endpoint's own listener, with the webhook's certificate. It is
+	// never the webhook server: every pod may reach the logs endpoint,
+	// only the apiserver the webhooks, and each port can be closed apart.
 	LogsBindAddress string
 	// NodeAgentPort, when set, is the port of kdefer's node agent on every
 	// node (kdefer-controller node-agent): defer pods fetch the ended pod's
@@ -90,6 +91,13 @@ const NodeAgentCertSecret = "kdefer-node-cert"
 // NodeAgentService names the node agents' certificate: they are reached
 // at node addresses, so the certificate names this and clients check it.
 const NodeAgentService = "kdefer-node"
+
+// LogsService is the Service of the controller's logs endpoint (served
+// when no node agent runs), port 443 to LogsBindAddress' port.
+const LogsService = "kdefer-logs"
+
+// DefaultLogsBindAddress is where the controller's logs endpoint listens.
+const DefaultLogsBindAddress = ":9444"
 
 // LeaderElectionID is the Lease kdefer's replicas elect a leader with.
 const LeaderElectionID = "kdefer-controller.kdefer.io"
@@ -176,7 +184,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 		mo.Webhook.Render.StageImage = mo.DeferPod.StageImage
 	}
 	if !mo.Webhook.Disabled {
-		opts.WebhookServer = webhook.NewServer(mo.Webhook)
+		srv, err := webhook.NewServer(mo.Webhook)
+		if err != nil {
+			return nil, err
+		}
+		opts.WebhookServer = srv
 	}
 	if opts.HealthProbeBindAddress == "0" {
 		opts.HealthProbeBindAddress = ""
@@ -217,8 +229,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 
 // setupLogs returns where defer pods reach the logs endpoint: the node
 // agent on their node when one runs (mo.NodeAgentPort), else the
-// controller's own, which it serves (on the webhook server, or on
-// mo.LogsBindAddress).
+// controller's own, which it serves on a listener of its own
+// (mo.LogsBindAddress), never on the webhook server.
 func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controller.LogsEndpoint, error) {
 	if mo.NodeAgentPort != 0 {
 		return setupNodeAgentLogs(mgr, mo)
@@ -227,25 +239,29 @@ func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controlle
 	if err != nil {
 		return controller.LogsEndpoint{}, err
 	}
+	addr := mo.LogsBindAddress
+	if addr == "" {
+		addr = DefaultLogsBindAddress
+	}
+	h, p, err := net.SplitHostPort(addr)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil {
+		return controller.LogsEndpoint{}, fmt.Errorf("--logs-bind-address %q: want host:port, e.g. %s", addr, DefaultLogsBindAddress)
+	}
+	// The webhook server's certificate (it names the webhook Service,
+	// which defer pods check it for: ServerName below), not its client
+	// authentication: defer pods present a token, not a certificate.
 	host, caFile := mo.Webhook.Endpoint()
-	srv := mgr.GetWebhookServer()
-	if mo.LogsBindAddress != "" {
-		h, p, err := net.SplitHostPort(mo.LogsBindAddress)
-		port, perr := strconv.Atoi(p)
-		if err != nil || perr != nil {
-			return controller.LogsEndpoint{}, fmt.Errorf("--logs-bind-address %q: want host:port", mo.LogsBindAddress)
-		}
-		srv = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: h, Port: port, CertDir: filepath.Dir(caFile)})
-		if err := mgr.Add(srv); err != nil {
-			return controller.LogsEndpoint{}, fmt.Errorf("add the logs server: %w", err)
-		}
+	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{Host: h, Port: port, CertDir: filepath.Dir(caFile)})
+	if err := mgr.Add(srv); err != nil {
+		return controller.LogsEndpoint{}, fmt.Errorf("add the logs server: %w", err)
 	}
 	srv.Register(stagecontract.LogsPath, ls)
 	url := mo.LogsURL
 	if url == "" {
-		url = "https://" + host + stagecontract.LogsPath
+		url = "https://" + LogsService + "." + mo.Webhook.Namespace() + ".svc" + stagecontract.LogsPath
 	}
-	return controller.LogsEndpoint{URL: url, CA: readCA(caFile)}, nil
+	return controller.LogsEndpoint{URL: url, ServerName: host, CA: readCA(caFile)}, nil
 }
 
 // The node agents' serving certificate Secret, in their namespace: a Role

@@ -43,6 +43,9 @@ pki() {
 	cert apiserver kube-apiserver "" \
 		"IP:127.0.0.1,IP:10.0.0.1,IP:$HOST_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 	cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters ""
+	# What the apiserver presents to kdefer's webhooks (nodes.sh, admission):
+	# kdefer accepts this name only (deploy/helm/local-values.yaml).
+	cert apiserver-webhook-client kube-apiserver-webhook-client "" ""
 	cert admin kubernetes-admin system:masters ""
 	cert controller-manager system:kube-controller-manager "" ""
 	cert scheduler system:kube-scheduler "" ""

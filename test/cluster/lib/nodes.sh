@@ -94,8 +94,14 @@ configs() {
 }
 
 # admission: the apiserver's admission configuration; PodNodeSelector's
-# cluster default is DEFAULT_NODE_SELECTOR (see cluster.sh).
+# cluster default is DEFAULT_NODE_SELECTOR (see cluster.sh). The webhook
+# plugins present a client certificate to kdefer's webhooks, which answer
+# nothing else (--webhook-client-ca-file): at the URL the single-node
+# install gives them, and through the Service (multi-node install). The
+# kubeconfig's users are matched by the webhook's host:port, a Service's by
+# its DNS name, where "*." stands for leading labels.
 admission() {
+	local w
 	cat >"$DIR/conf/admission.yaml" <<EOF
 apiVersion: apiserver.config.k8s.io/v1
 kind: AdmissionConfiguration
@@ -103,6 +109,29 @@ plugins:
 - name: PodNodeSelector
   path: $DIR/conf/podnodeselector.yaml
 EOF
+	for w in ValidatingAdmissionWebhook MutatingAdmissionWebhook; do
+		cat >>"$DIR/conf/admission.yaml" <<EOF
+- name: $w
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $DIR/conf/webhook-client.kubeconfig
+EOF
+	done
+	cat >"$DIR/conf/webhook-client.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+- name: 127.0.0.1:9443
+  user:
+    client-certificate: $PKI/apiserver-webhook-client.crt
+    client-key: $PKI/apiserver-webhook-client.key
+- name: "*.kdefer-system.svc"
+  user:
+    client-certificate: $PKI/apiserver-webhook-client.crt
+    client-key: $PKI/apiserver-webhook-client.key
+EOF
+	chmod 600 "$DIR/conf/webhook-client.kubeconfig"
 	cat >"$DIR/conf/podnodeselector.yaml" <<EOF
 podNodeSelectorPluginConfig:
   clusterDefaultNodeSelector: "$DEFAULT_NODE_SELECTOR"
