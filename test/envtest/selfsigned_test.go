@@ -20,6 +20,7 @@ import (
 	"github.com/kdefer/kdefer/controller/certs"
 	kwebhook "github.com/kdefer/kdefer/controller/webhook"
 	rt "github.com/kdefer/kdefer/render/testing"
+	"github.com/kdefer/kdefer/resolve"
 	"github.com/kdefer/kdefer/test/envtest"
 )
 
@@ -66,6 +67,11 @@ func TestSelfSignedWebhooks(t *testing.T) {
 		WebhookServer: srv,
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The webhooks read namespace defaults through the cache's index, which
+	// the controller registers in kdefer-controller (controller.SetupIndexes).
+	if err := resolve.SetupIndex(ctx, mgr.GetFieldIndexer()); err != nil {
 		t.Fatal(err)
 	}
 	if err := kwebhook.SetupWithManager(mgr, opts); err != nil {
