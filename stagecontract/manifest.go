@@ -14,6 +14,12 @@ const ReservedDir = "_kdefer/"
 // other object: its presence means the upload is complete.
 const ManifestKey = ReservedDir + "manifest.json"
 
+// UncommittedKey is the object, under the stage-out prefix, a stage-out
+// writes before it changes any other and removes once its manifest is
+// written: a prefix that holds it and no manifest is an upload that never
+// finished (stopped, failed, or still running), which stage-in refuses.
+const UncommittedKey = ReservedDir + "uncommitted"
+
 // ManifestVersion is the manifest schema version this code writes and reads.
 const ManifestVersion = 1
 

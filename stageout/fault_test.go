@@ -3,6 +3,7 @@ package stageout_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,10 +115,17 @@ func TestServerKilledMidUpload(t *testing.T) {
 		t.Errorf("error class = %v (%v), want transient: a restart can fix it", c, err)
 	}
 	srv.Restart()
-	if n := countManifests(objects(t, u)); n != 0 {
-		t.Fatalf("after the interrupted run: %d manifest objects, want 0", n)
+	left := objects(t, u)
+	if slices.Contains(left, stagecontract.ManifestKey) || !slices.Contains(left, stagecontract.UncommittedKey) {
+		t.Fatalf("after the interrupted run: %s present %v, %s present %v; want only the uncommitted marker",
+			stagecontract.ManifestKey, slices.Contains(left, stagecontract.ManifestKey), stagecontract.UncommittedKey, slices.Contains(left, stagecontract.UncommittedKey))
 	}
-	stored := len(objects(t, u))
+	// A stage-in of the prefix refuses what the interrupted run left.
+	r := stagetest.FastRetry()
+	if _, err := stagein.Run(context.Background(), stagein.Options{From: u, To: t.TempDir(), TransferOptions: storage.TransferOptions{Retry: r, Log: zerolog.Nop()}}); err == nil || !strings.Contains(err.Error(), "never committed") {
+		t.Errorf("stage-in of the interrupted prefix: %v, want it refused as uncommitted", err)
+	}
+	stored := len(left) - 1 // the marker aside
 
 	res, err := stageout.Run(context.Background(), opts(src, u, 3))
 	if err != nil {

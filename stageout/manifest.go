@@ -43,19 +43,44 @@ func (e *engine) stored(f *file, skipped bool) {
 
 // beforeWrite removes an earlier run's manifest before this run changes any
 // object it lists: a manifest must only ever describe objects as they are.
+// Before its first write it also stores the uncommitted marker
+// (stagecontract.UncommittedKey), so a prefix this run leaves without a
+// manifest says so to a stage-in.
 func (e *engine) beforeWrite(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.wrote = true
-	if !e.hasManifest {
+	if e.wrote {
 		return nil
 	}
-	err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.manifestKey) })
-	if err != nil {
-		return storage.WithOp("remove outdated manifest", err)
+	if e.hasManifest {
+		err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.manifestKey) })
+		if err != nil {
+			return storage.WithOp("remove outdated manifest", err)
+		}
+		e.hasManifest = false
 	}
-	e.hasManifest = false
+	marker := []byte(`{"tool":"kdefer-stage","version":"` + e.o.Version + `"}` + "\n")
+	err := e.o.Retry.Do(ctx, func(ctx context.Context) error {
+		_, err := e.be.Put(ctx, e.prefix+stagecontract.UncommittedKey, bytes.NewReader(marker), int64(len(marker)), storage.PutOptions{ContentType: "application/json"})
+		return err
+	})
+	if err != nil {
+		return storage.WithOp("write the uncommitted marker", err)
+	}
+	e.wrote = true
 	return nil
+}
+
+// committed removes the uncommitted marker once the manifest is written.
+// The manifest decides already (a prefix with one is committed, marker or
+// not), so a store that refuses the delete costs a log line only.
+func (e *engine) committed(ctx context.Context) {
+	if !e.wrote {
+		return
+	}
+	if err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.prefix+stagecontract.UncommittedKey) }); err != nil {
+		e.o.Log.Warn().Err(err).Str("key", e.prefix+stagecontract.UncommittedKey).Msg("leave the uncommitted marker: the manifest commits the prefix")
+	}
 }
 
 // writeManifest stores m with the spilled entries as its files. m.Files is

@@ -240,6 +240,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := e.writeManifest(ctx, m); err != nil {
 		return Result{}, err
 	}
+	e.committed(ctx)
 	res := Result{TransferResult: storage.TransferResult{
 		Bytes: e.prog.Moved.Load(), Objects: e.prog.Objects.Load(), Skipped: e.prog.Skipped.Load(),
 		TotalBytes: m.TotalBytes, ManifestURL: loc.KeyURL(e.manifestKey), Unsaved: int64(len(m.Unsaved)),
