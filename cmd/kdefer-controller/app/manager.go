@@ -80,6 +80,9 @@ type ManagerOptions struct {
 	// NodeAgentNamespace is the node agents' (default kdefer-node), where
 	// their certificate Secret is.
 	NodeAgentNamespace string
+	// Namespaces, when set, are the only namespaces whose Jobs, pods and
+	// runs kdefer sees (a namespaced install; empty: every namespace).
+	Namespaces Namespaces
 }
 
 // NodeAgentCertSecret holds the node agents' serving certificate, made by
@@ -146,7 +149,7 @@ func MetricsOptions(mo ManagerOptions) metricsserver.Options {
 func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.Manager, error) {
 	opts := ctrl.Options{
 		Scheme:                        scheme.New(),
-		Cache:                         controller.CacheOptions(),
+		Cache:                         mo.Namespaces.scope(controller.CacheOptions()),
 		Metrics:                       MetricsOptions(mo),
 		HealthProbeBindAddress:        mo.ProbeAddr,
 		LeaderElection:                mo.LeaderElection,
