@@ -239,8 +239,10 @@ func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controlle
 // The node agents' serving certificate Secret, in their namespace: a Role
 // of deploy/node-agent/role.yaml (generated with the agents' ClusterRole
 // from this package's markers, so it goes with the agents), bound to the
-// controller.
-// +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=get;create;update
+// controller. As for the webhook's (package certs): create here, which
+// RBAC cannot limit by name; get and update of NodeAgentCertSecret alone
+// in deploy/node-agent/cert_role.yaml, by hand (resourceNames).
+// +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=create
 
 // setupNodeAgentLogs points defer pods at the node agent on their node
 // and keeps the agents' certificate current.
