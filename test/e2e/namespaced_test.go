@@ -114,4 +114,3 @@ func upgradeKdefer(t *testing.T, set string) {
 	}
 	t.Logf("kdefer upgraded with %s in %s", set, time.Since(t0).Round(100*time.Millisecond))
 }
-

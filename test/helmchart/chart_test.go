@@ -24,7 +24,6 @@ import (
 	"github.com/kdefer/kdefer/test/repo"
 )
 
-
 // namespace is the one deploy/ installs into, and so the release's here.
 const namespace = "kdefer-system"
 
