@@ -27,7 +27,9 @@ func TestNamespacedInstall(t *testing.T) {
 	served := newScenario(t, "ns-served")
 	other := newScenario(t, "ns-other")
 	upgradeKdefer(t, "watchNamespaces={"+served.ns+"}")
-	t.Cleanup(func() { upgradeKdefer(t, "watchNamespaces={}") })
+	// null drops the value from the release's (helm's --set), so the
+	// chart's default, every namespace, applies again; "{}" would be [""].
+	t.Cleanup(func() { upgradeKdefer(t, "watchNamespaces=null") })
 
 	// Outside: the opted-in Job is created as written and its pod runs
 	// and ends without kdefer.
