@@ -26,14 +26,16 @@ import (
 func TestNamespacedInstall(t *testing.T) {
 	served := newScenario(t, "ns-served")
 	other := newScenario(t, "ns-other")
-	upgradeKdefer(t, "watchNamespaces={"+served.ns+"}")
-	// null drops the value from the release's (helm's --set), so the
-	// chart's default, every namespace, applies again; "{}" would be [""].
-	t.Cleanup(func() { upgradeKdefer(t, "watchNamespaces=null") })
+	upgradeKdefer(t, "watchNamespaces=[\""+served.ns+"\"]")
+	// Back to every namespace: an explicit empty list over the release's
+	// values ("{}" with --set is [""], and null did not drop the value).
+	t.Cleanup(func() { upgradeKdefer(t, "watchNamespaces=[]") })
 
 	// Outside: the opted-in Job is created as written and its pod runs
 	// and ends without kdefer.
-	outside := other.job("sim", small)
+	w := small
+	w.mode = "exit 0"
+	outside := other.job("sim", w)
 	outside.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo not kdefer's"}
 	other.create(outside)
 
@@ -83,16 +85,16 @@ func TestNamespacedInstall(t *testing.T) {
 }
 
 // upgradeKdefer is a helm upgrade of the e2e install (test/helminstall,
-// built by run.sh) with one more value over the release's own, then waits
+// built by run.sh) with one more value (JSON) over the release's own, then waits
 // until the controller and the node agents run with it.
 func upgradeKdefer(t *testing.T, set string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	out, err := exec.CommandContext(ctx, program(t, "./test/helminstall"), "-n", kdeferNS, "--reuse-values", "--set", set).CombinedOutput()
+	out, err := exec.CommandContext(ctx, program(t, "./test/helminstall"), "-n", kdeferNS, "--reuse-values", "--set-json", set).CombinedOutput()
 	if err != nil {
-		t.Fatalf("helm upgrade --set %s: %v\n%s", set, err, out)
+		t.Fatalf("helm upgrade --set-json %s: %v\n%s", set, err, out)
 	}
 	for _, args := range [][]string{
 		{"-n", kdeferNS, "rollout", "status", "deployment/kdefer-controller", "--timeout=120s"},

@@ -47,6 +47,7 @@ func main() {
 	timeout := flag.Duration("timeout", 2*time.Minute, "bound on the install")
 	flag.Var((*list)(&opts.ValueFiles), "f", "values file (repeatable)")
 	flag.Var((*list)(&opts.Values), "set", "KEY=VALUE (repeatable, as helm --set)")
+	flag.Var((*list)(&opts.JSONValues), "set-json", "KEY=JSON (repeatable, as helm --set-json: an empty list is [])")
 	// An e2e scenario that changes one value of the installed release
 	// (TestNamespacedInstall) keeps the others run.sh gave it: images,
 	// local values, KDEFER_E2E_HELM_ARGS.
