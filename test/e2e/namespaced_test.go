@@ -36,7 +36,7 @@ func TestNamespacedInstall(t *testing.T) {
 	w := small
 	w.mode = "exit 0"
 	outside := other.job("sim", w)
-	outside.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo not kdefer's"}
+	outside.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo outside kdefer"}
 	other.create(outside)
 
 	job := &batchv1.Job{}
