@@ -84,6 +84,7 @@ func run(ctx context.Context, args []string) int {
 	fs.IntVar(&mo.NodeAgentPort, "node-agent-port", 0, "port of kdefer's node agent (kdefer-controller node-agent) on every node: defer pods fetch the ended pod's logs from it (0: from this controller, through the apiserver)")
 	fs.StringVar(&mo.NodeAgentNamespace, "node-agent-namespace", "kdefer-node", "namespace of the node agents and their certificate Secret "+app.NodeAgentCertSecret)
 	fs.StringVar(&mo.NodeAgentCertDir, "node-agent-cert-dir", "", "directory the node agents' certificate is written to (default $TMPDIR/kdefer-node-certs)")
+	fs.Var(&mo.Namespaces, "namespaces", "the only namespaces whose Jobs and pods kdefer serves, comma-separated (default: every namespace); the chart's watchNamespaces")
 	fs.StringVar(&mo.LogsBindAddress, "logs-bind-address", app.DefaultLogsBindAddress, "host:port the controller's logs endpoint listens on when no node agent runs, with the webhook's certificate (never on the webhook server, which only the apiserver needs to reach)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -108,7 +109,7 @@ func run(ctx context.Context, args []string) int {
 		log.Error(err, "creating manager")
 		return 1
 	}
-	log.Info("starting manager", "version", version.Version, "stageImage", mo.DeferPod.StageImage, "leaderElection", mo.LeaderElection)
+	log.Info("starting manager", "version", version.Version, "stageImage", mo.DeferPod.StageImage, "leaderElection", mo.LeaderElection, "namespaces", mo.Namespaces.String())
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running manager")
 		return 1
@@ -153,6 +154,7 @@ func runNodeAgent(ctx context.Context, args []string) int {
 	fs.StringVar(&o.CertDir, "cert-dir", "/var/run/kdefer/node-cert", "directory of the serving tls.crt and tls.key (Secret "+app.NodeAgentCertSecret+")")
 	fs.StringVar(&o.PodLogsDir, "pod-logs-dir", "/host/var/log/pods", "the kubelet's podLogsDir, as mounted")
 	fs.StringVar(&o.SpoolDir, "spool-dir", "/host/var/log/kdefer", "where kept logs are hard-linked: on the same mount as --pod-logs-dir")
+	fs.Var(&o.Namespaces, "namespaces", "the only namespaces whose pods' logs the agent keeps and serves, comma-separated (default: every namespace); the controller's --namespaces")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")

@@ -116,7 +116,13 @@ func (o Options) dnsNames() []string {
 	return append(names, o.DNSNames...)
 }
 
-// +kubebuilder:rbac:groups="",namespace=kdefer-system,resources=secrets,verbs=get;create;update
+// The certificate Secret is read and updated by name (Get, then Update
+// with its resourceVersion; no list or watch) and created when missing.
+// The marker grants create only, which RBAC cannot limit by name (the name
+// is in the request's body, not its URL); get and update are limited to
+// the Secret's default name by deploy/rbac/webhook_cert_role.yaml, written
+// by hand since markers cannot say resourceNames.
+// +kubebuilder:rbac:groups="",namespace=kdefer-system,resources=secrets,verbs=create
 //
 // The webhook configurations are read and updated by name only (no list or
 // watch): deploy/rbac/webhook_configurations_role.yaml grants get and update

@@ -103,9 +103,12 @@ multi_run() {
 	if [[ -n $alts ]]; then echo "^($alts)"; else echo "^TestMultiNode"; fi
 }
 
-# The single-node scenarios that stop kdefer itself: go test runs them one
-# at a time, and run.sh before the others (see the single-node phase below).
-OUTAGES='TestControllerKilled|TestKdeferDown'
+# The single-node scenarios that stop kdefer itself, or change its install
+# (TestNamespacedInstall: a helm upgrade to a namespaced install and back):
+# go test runs them one at a time, and run.sh before the others (see the
+# single-node phase below), so every other scenario sees kdefer up and
+# installed cluster-wide.
+OUTAGES='TestControllerKilled|TestKdeferDown|TestNamespacedInstall'
 # outage_run: their -run, or those of them KDEFER_E2E_FLAGS names; nothing
 # when it names none of them.
 outage_run() {

@@ -30,7 +30,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 	}
 	want := map[string]int{
 		"Namespace": 2, "CustomResourceDefinition": 2, "ServiceAccount": 2, "ClusterRole": 6, "ClusterRoleBinding": 3,
-		"Role": 3, "RoleBinding": 3, "Deployment": 1, "DaemonSet": 1, "PodDisruptionBudget": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
+		"Role": 5, "RoleBinding": 5, "Deployment": 1, "DaemonSet": 1, "PodDisruptionBudget": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
 		"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {

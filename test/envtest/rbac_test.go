@@ -51,8 +51,22 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 	}
 
-	// Secrets: the webhook certificate's in kdefer-system only.
+	// Secrets: the webhook certificate's in kdefer-system only, by name;
+	// not Helm's release Secrets beside it.
 	allowed("get a Secret in kdefer-system", client.IgnoreNotFound(sa.Get(ctx, client.ObjectKey{Namespace: "kdefer-system", Name: "kdefer-webhook-cert"}, &corev1.Secret{})))
+	allowed("create the webhook certificate Secret", sa.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kdefer-system", Name: "kdefer-webhook-cert"}}))
+	own := &corev1.Secret{}
+	allowed("get the webhook certificate Secret", sa.Get(ctx, client.ObjectKey{Namespace: "kdefer-system", Name: "kdefer-webhook-cert"}, own))
+	own.StringData = map[string]string{"ca.crt": "x"}
+	allowed("update the webhook certificate Secret", sa.Update(ctx, own))
+	release := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kdefer-system", Name: "sh.helm.release.v1.kdefer.v1"}}
+	if err := env.Client.Create(ctx, release); err != nil {
+		t.Fatal(err)
+	}
+	forbidden("get another Secret in kdefer-system", sa.Get(ctx, client.ObjectKey{Namespace: "kdefer-system", Name: release.Name}, &corev1.Secret{}))
+	forbidden("update another Secret in kdefer-system", sa.Update(ctx, release))
+	forbidden("list Secrets in kdefer-system", sa.List(ctx, &corev1.SecretList{}, client.InNamespace("kdefer-system")))
+	forbidden("delete the webhook certificate Secret", sa.Delete(ctx, own))
 	forbidden("get a tenant's Secret", sa.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "s3-creds"}, &corev1.Secret{}))
 	forbidden("get a tenant's Secret's metadata", sa.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "s3-creds"}, secretMeta()))
 	forbidden("list Secrets", sa.List(ctx, &corev1.SecretList{}))

@@ -1,13 +1,3 @@
-// Package helmchart checks kdefer's Helm chart (deploy/helm/kdefer) against
-// the kustomize manifests it is built from: helm lint, helm template with
-// each variant's values equal to kustomize's build of that variant, and
-// every rendered object decoded strictly, as the apiserver would take it.
-//
-// Helm and kustomize run in-process, from their Go packages: no helm or
-// kubectl binary, so `make verify` runs this on a fresh machine before any
-// tool is built, and the Kubernetes packages helm needs are the ones kdefer
-// compiles anyway (helm v4.3 requires the same k8s.io v0.37 and
-// controller-runtime; the chart costs the helm and kustomize packages only).
 package helmchart
 
 import (
@@ -23,13 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"helm.sh/helm/v4/pkg/chart/common"
-	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
-	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
-	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	"helm.sh/helm/v4/pkg/engine"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -38,9 +23,6 @@ import (
 
 	"github.com/kdefer/kdefer/test/repo"
 )
-
-// chartDir is the chart, relative to the repository root.
-const chartDir = "deploy/helm/kdefer"
 
 // namespace is the one deploy/ installs into, and so the release's here.
 const namespace = "kdefer-system"
@@ -201,40 +183,7 @@ func renderIn(t testing.TB, vals, ns string) []byte {
 // renderErr renders and returns the error the chart fails with, if it does.
 func renderErr(t testing.TB, vals, ns string) ([]byte, error) {
 	t.Helper()
-	ch := load(t)
-	rv, err := chartutil.ToRenderValues(ch, values(t, vals),
-		common.ReleaseOptions{Name: "kdefer", Namespace: ns, Revision: 1, IsInstall: true},
-		common.DefaultCapabilities)
-	if err != nil {
-		return nil, fmt.Errorf("values: %w", err)
-	}
-	files, err := engine.Render(ch, rv)
-	if err != nil {
-		return nil, fmt.Errorf("helm template: %w", err)
-	}
-	// In file order, as helm template prints them (the order of objects
-	// does not matter to the comparison, only to a reader of a failure).
-	names := make([]string, 0, len(files))
-	for n := range files {
-		if strings.HasSuffix(n, ".yaml") {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	var out bytes.Buffer
-	for _, n := range names {
-		fmt.Fprintf(&out, "---\n# Source: %s\n%s\n", n, files[n])
-	}
-	return out.Bytes(), nil
-}
-
-func load(t testing.TB) *chart.Chart {
-	t.Helper()
-	ch, err := loader.LoadDir(filepath.Join(repo.MustRoot(), chartDir))
-	if err != nil {
-		t.Fatalf("loading the chart: %v", err)
-	}
-	return ch
+	return Render(vals, ns)
 }
 
 func values(t testing.TB, vals string) map[string]any {

@@ -12,6 +12,8 @@ import (
 
 	"helm.sh/helm/v4/pkg/chart/common"
 	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"sigs.k8s.io/yaml"
@@ -190,4 +192,14 @@ func TestChartRefusesMisspeltValue(t *testing.T) {
 	if !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "additional properties 'replica' not allowed") }) {
 		t.Errorf("helm lint with replica: 3: errors %q, want the schema refusing replica", msgs)
 	}
+}
+
+// load is the chart as helm loads it.
+func load(t testing.TB) *chart.Chart {
+	t.Helper()
+	ch, err := loader.LoadDir(filepath.Join(repo.MustRoot(), chartDir))
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	return ch
 }

@@ -3,7 +3,7 @@
 // the module kdefer's go.mod already has for test/helmchart), for the e2e
 // harness (test/e2e/lib.sh deploy_kdefer_helm):
 //
-//	go run ./test/helminstall [-n kdefer-system] [-f VALUES.yaml]... [--set K=V]...
+//	go run ./test/helminstall [-n kdefer-system] [--reuse-values] [-f VALUES.yaml]... [--set K=V]...
 //
 // Why not the helm binary: building it compiles Helm's CLI, plugin runtime
 // and every getter on top of these packages; the install itself is
@@ -47,14 +47,19 @@ func main() {
 	timeout := flag.Duration("timeout", 2*time.Minute, "bound on the install")
 	flag.Var((*list)(&opts.ValueFiles), "f", "values file (repeatable)")
 	flag.Var((*list)(&opts.Values), "set", "KEY=VALUE (repeatable, as helm --set)")
+	flag.Var((*list)(&opts.JSONValues), "set-json", "KEY=JSON (repeatable, as helm --set-json: an empty list is [])")
+	// An e2e scenario that changes one value of the installed release
+	// (TestNamespacedInstall) keeps the others run.sh gave it: images,
+	// local values, KDEFER_E2E_HELM_ARGS.
+	reuse := flag.Bool("reuse-values", false, "upgrade: keep the release's values, -f and --set over them (as helm upgrade --reuse-values)")
 	flag.Parse()
-	if err := run(*name, *ns, *chartDir, opts, *timeout); err != nil {
+	if err := run(*name, *ns, *chartDir, opts, *timeout, *reuse); err != nil {
 		fmt.Fprintf(os.Stderr, "helminstall: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, ns, chartDir string, opts values.Options, timeout time.Duration) error {
+func run(name, ns, chartDir string, opts values.Options, timeout time.Duration, reuse bool) error {
 	root, err := repo.Root()
 	if err != nil {
 		return err
@@ -99,7 +104,7 @@ func run(name, ns, chartDir string, opts values.Options, timeout time.Duration) 
 		return fmt.Errorf("history of %s: %w", name, err)
 	default:
 		up := action.NewUpgrade(cfg)
-		up.Namespace, up.TakeOwnership = ns, true
+		up.Namespace, up.TakeOwnership, up.ReuseValues = ns, true, reuse
 		up.WaitStrategy, up.Timeout = kube.HookOnlyStrategy, timeout
 		if _, err := up.RunWithContext(ctx, name, ch, vals); err != nil {
 			return fmt.Errorf("upgrade %s: %w", name, err)

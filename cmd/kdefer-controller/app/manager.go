@@ -81,6 +81,9 @@ type ManagerOptions struct {
 	// NodeAgentNamespace is the node agents' (default kdefer-node), where
 	// their certificate Secret is.
 	NodeAgentNamespace string
+	// Namespaces, when set, are the only namespaces whose Jobs, pods and
+	// runs kdefer sees (a namespaced install; empty: every namespace).
+	Namespaces Namespaces
 }
 
 // NodeAgentCertSecret holds the node agents' serving certificate, made by
@@ -168,7 +171,7 @@ func MetricsOptions(mo ManagerOptions) metricsserver.Options {
 func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.Manager, error) {
 	opts := ctrl.Options{
 		Scheme:                        scheme.New(),
-		Cache:                         controller.CacheOptions(),
+		Cache:                         mo.Namespaces.scope(controller.CacheOptions()),
 		Metrics:                       MetricsOptions(mo),
 		HealthProbeBindAddress:        mo.ProbeAddr,
 		LeaderElection:                mo.LeaderElection,
@@ -267,8 +270,10 @@ func setupLogs(cfg *rest.Config, mgr ctrl.Manager, mo ManagerOptions) (controlle
 // The node agents' serving certificate Secret, in their namespace: a Role
 // of deploy/node-agent/role.yaml (generated with the agents' ClusterRole
 // from this package's markers, so it goes with the agents), bound to the
-// controller.
-// +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=get;create;update
+// controller. As for the webhook's (package certs): create here, which
+// RBAC cannot limit by name; get and update of NodeAgentCertSecret alone
+// in deploy/node-agent/cert_role.yaml, by hand (resourceNames).
+// +kubebuilder:rbac:groups="",namespace=kdefer-node,resources=secrets,verbs=create
 
 // setupNodeAgentLogs points defer pods at the node agent on their node
 // and keeps the agents' certificate current.

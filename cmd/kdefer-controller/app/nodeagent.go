@@ -56,7 +56,12 @@ type NodeAgentOptions struct {
 	// PodLogsDir is the kubelet's podLogsDir and SpoolDir the spool, on
 	// the same mount (hard links cannot cross mounts).
 	PodLogsDir, SpoolDir string
-	Log                  logr.Logger
+	// Namespaces, when set, are the only namespaces whose pods the agent
+	// keeps logs of (a namespaced install, as the controller's): it lists
+	// and watches pods there only, which is all its Roles allow, and the
+	// spool holds no other pod, so it serves no other.
+	Namespaces Namespaces
+	Log        logr.Logger
 }
 
 // RunNodeAgent runs the node agent until ctx ends.
@@ -73,7 +78,7 @@ func RunNodeAgent(ctx context.Context, cfg *rest.Config, o NodeAgentOptions) err
 		return fmt.Errorf("make the node agent's client: %w", err)
 	}
 	spool := &nodelogs.Spool{PodLogsDir: o.PodLogsDir, Dir: o.SpoolDir, Log: o.Log.WithName("spool")}
-	pods, err := watchKeptPods(ctx, cs, o.NodeName, spool, o.Log)
+	pods, err := watchKeptPods(ctx, cs, o.NodeName, o.Namespaces, spool, o.Log)
 	if err != nil {
 		return err
 	}
@@ -84,7 +89,7 @@ func RunNodeAgent(ctx context.Context, cfg *rest.Config, o NodeAgentOptions) err
 	mux := http.NewServeMux()
 	mux.Handle(stagecontract.LogsPath, &logsendpoint.Server{Client: c, Reader: c, Source: spoolSource{spool}, Log: o.Log.WithName("logs")})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !pods.HasSynced() {
+		if !pods() {
 			http.Error(w, "pods not synced", http.StatusServiceUnavailable)
 		}
 	})
@@ -98,7 +103,7 @@ func RunNodeAgent(ctx context.Context, cfg *rest.Config, o NodeAgentOptions) err
 	go func() { errc <- cw.Start(ctx) }()
 	go func() { errc <- spool.Run(ctx) }()
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	o.Log.Info("serve logs", "node", o.NodeName, "address", o.BindAddress, "podLogsDir", o.PodLogsDir, "spool", o.SpoolDir)
+	o.Log.Info("serve logs", "node", o.NodeName, "address", o.BindAddress, "podLogsDir", o.PodLogsDir, "spool", o.SpoolDir, "namespaces", o.Namespaces.String())
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -115,20 +120,22 @@ func RunNodeAgent(ctx context.Context, cfg *rest.Config, o NodeAgentOptions) err
 // watchKeptPods keeps the logs of kdefer's pods on node: the pods it
 // rendered and its defer pods (for the stage-logs sidecar), from the
 // moment the informer sees them until they are deleted (released); what
-// the spool holds of pods deleted while the agent was away is pruned once
-// the informer has synced.
-func watchKeptPods(ctx context.Context, cs kubernetes.Interface, node string, spool *nodelogs.Spool, log logr.Logger) (toolscache.SharedIndexInformer, error) {
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 10*time.Minute, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-		o.LabelSelector = v1.LabelManaged
-	}))
-	inf := f.Core().V1().Pods().Informer()
+// the spool holds of pods deleted while the agent was away (or of
+// namespaces it no longer serves) is pruned once every informer has
+// synced. One informer for every namespace, or one per namespace of a
+// namespaced install (an informer lists one namespace or all). It returns
+// whether they have synced.
+func watchKeptPods(ctx context.Context, cs kubernetes.Interface, node string, namespaces Namespaces, spool *nodelogs.Spool, log logr.Logger) (func() bool, error) {
+	scopes := []string{metav1.NamespaceAll}
+	if len(namespaces) > 0 {
+		scopes = namespaces
+	}
 	keep := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
 			spool.Keep(nodelogs.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID})
 		}
 	}
-	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	handler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    keep,
 		UpdateFunc: func(_, obj any) { keep(obj) },
 		DeleteFunc: func(obj any) {
@@ -141,24 +148,44 @@ func watchKeptPods(ctx context.Context, cs kubernetes.Interface, node string, sp
 				}
 			}
 		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch pods: %w", err)
 	}
-	f.Start(ctx.Done())
+	var infs []toolscache.SharedIndexInformer
+	for _, ns := range scopes {
+		f := informers.NewSharedInformerFactoryWithOptions(cs, 10*time.Minute, informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+				o.LabelSelector = v1.LabelManaged
+			}))
+		inf := f.Core().V1().Pods().Informer()
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return nil, fmt.Errorf("watch pods in %q: %w", ns, err)
+		}
+		f.Start(ctx.Done())
+		infs = append(infs, inf)
+	}
+	synced := func() bool {
+		for _, inf := range infs {
+			if !inf.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}
 	go func() {
-		if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if !toolscache.WaitForCacheSync(ctx.Done(), synced) {
 			return
 		}
 		kept := map[types.UID]bool{}
-		for _, obj := range inf.GetStore().List() {
-			kept[obj.(*corev1.Pod).UID] = true
+		for _, inf := range infs {
+			for _, obj := range inf.GetStore().List() {
+				kept[obj.(*corev1.Pod).UID] = true
+			}
 		}
 		if err := spool.Prune(func(uid types.UID) bool { return kept[uid] }); err != nil {
 			log.Error(err, "prune the logs of pods released while the agent was away")
 		}
 	}()
-	return inf, nil
+	return synced, nil
 }
 
 // spoolSource serves the spool's logs, a log it lacks as 404 with why.
