@@ -33,6 +33,10 @@ func program(t *testing.T, pkg string) string {
 	bin := filepath.Join(t.TempDir(), name)
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, pkg)
 	cmd.Dir = repo.MustRoot()
+	if _, err := os.Stat(filepath.Join(cmd.Dir, pkg, "go.mod")); err == nil {
+		// A module of its own (./test/promql): built in its directory.
+		cmd.Dir, cmd.Args[len(cmd.Args)-1] = filepath.Join(cmd.Dir, pkg), "."
+	}
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", pkg, err, out)

@@ -268,6 +268,9 @@ rm -rf "$STATE/bin"
 # for every phase (w19: 24 links, 98 CPU-s, while set-up, verify and fuzz
 # ran side by side).
 CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$STATE/bin/" ./cmd/kdefer ./test/e2e/inspect ./test/helminstall
+# The PromQL evaluator TestMetricsEvaluated runs: a module of its own
+# (test/promql), out of kdefer's dependency graph.
+CGO_ENABLED=0 go -C test/promql build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$STATE/bin/promql" .
 CGO_ENABLED=0 go test -c -tags e2e -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$STATE/bin/e2e.test" ./test/e2e
 export KDEFER_E2E_BIN=$STATE/bin
 rm -rf "$STATE/data" # the bucket starts empty
