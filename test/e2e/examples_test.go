@@ -67,7 +67,7 @@ func (s *scenario) fromExample(name string, obj client.Object) {
 }
 
 // waitJobPodRunning waits until a pod of the Job runs and returns its name.
-func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string {
+func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string { //nolint:unparam // a scenario sets its own bound
 	s.t.Helper()
 	var name string
 	err := clusterenv.WaitFor(s.ctx, timeout, "a pod of Job "+job+" running", func(context.Context) (bool, error) {
