@@ -502,3 +502,35 @@ func checkDocRefs(t *testing.T, c *docs, where string, j joined, strict bool) in
 	}
 	return n
 }
+
+// TestE2EScenarioCount: docs/development.md states how many e2e scenarios
+// there are, once, as "N scenarios (the `Test*` functions of `test/e2e`";
+// the figure must be the count of those functions, so it cannot drift as
+// scenarios are added.
+func TestE2EScenarioCount(t *testing.T) {
+	root := repo.MustRoot()
+	files, err := filepath.Glob(filepath.Join(root, "test/e2e/*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(fn.FindAll(b, -1))
+	}
+	dev, err := os.ReadFile(filepath.Join(root, "docs/development.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("([0-9]+) scenarios \\(the `Test\\*` functions of `test/e2e`").FindSubmatch(dev)
+	if m == nil {
+		t.Fatal("docs/development.md does not state the e2e scenario count as \"N scenarios (the `Test*` functions of `test/e2e`\"")
+	}
+	if string(m[1]) != fmt.Sprint(n) {
+		t.Errorf("docs/development.md says %s e2e scenarios; test/e2e has %d Test functions (TestMain takes *testing.M): fix the figure", m[1], n)
+	}
+}
