@@ -48,6 +48,14 @@ func retryRun(ctx context.Context, w io.Writer, c client.Client, ns, name string
 	if why := notRetriable(run); why != "" {
 		return &exitError{code: 1, msg: fmt.Sprintf("deferrun %s/%s cannot be retried: %s", ns, name, why)}
 	}
+	// A granted request raises status.retries.count, a refused one does not:
+	// the count tells them apart even when the resumed run has already
+	// failed again by the time this looks (its Failed condition says
+	// nothing of the grant then).
+	before := int32(0)
+	if run.Status.Retries != nil {
+		before = run.Status.Retries.Count
+	}
 	req := now.UTC().Format(time.RFC3339Nano)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1.AnnotationRetry, req)
 	if err := c.Patch(ctx, run, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
@@ -63,8 +71,8 @@ func retryRun(ctx context.Context, w io.Writer, c client.Client, ns, name string
 			return err
 		}
 		if rt := run.Status.Retries; rt != nil && rt.HandledRequest == req {
-			if cond := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed); cond != nil && cond.Status == "False" && cond.Reason == v1.ReasonRetryRequested {
-				fmt.Fprintf(w, "deferrun/%s: resumed (attempt %d); follow it with `kdefer wait deferrun/%s`\n", name, rt.Count+1, name)
+			if rt.Count > before {
+				fmt.Fprintf(w, "deferrun/%s: resumed (attempt %d); follow it with `kdefer wait deferrun/%s`\n", name, before+2, name)
 				return nil
 			}
 			return &exitError{code: 1, msg: fmt.Sprintf("deferrun %s/%s: the controller refused the retry (see `kubectl describe deferrun %s`, event %s)", ns, name, name, v1.EventRetryRefused)}

@@ -61,3 +61,45 @@ func TestRetryRun(t *testing.T) {
 		})
 	}
 }
+
+// The controller's answer, as retryRun reads it: a granted request raises
+// status.retries.count, even when the resumed run has already failed again
+// by the time the command looks (its Failed condition True once more); a
+// refused one records the request and leaves the count.
+func TestRetryRunAnswered(t *testing.T) {
+	now := time.Date(2026, 12, 1, 16, 0, 0, 0, time.UTC)
+	req := now.Format(time.RFC3339Nano)
+	for name, tc := range map[string]struct {
+		answer   func(st *v1.DeferRunStatus)
+		wantCode int
+	}{
+		"granted, failed again at once": {func(st *v1.DeferRunStatus) {
+			st.Retries = &v1.DeferRunRetries{Count: 1, HandledRequest: req}
+		}, 0},
+		"refused": {func(st *v1.DeferRunStatus) {
+			st.Retries = &v1.DeferRunRetries{HandledRequest: req}
+		}, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fakeClient(runIn("a", v1.DeferRunFailed))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { // the controller
+				for ctx.Err() == nil {
+					r := &v1.DeferRun{}
+					if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "a"}, r); err == nil && r.Annotations[v1.AnnotationRetry] == req {
+						tc.answer(&r.Status)
+						_ = c.Update(ctx, r) // no status subresource in the fake
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			var out bytes.Buffer
+			err := retryRun(ctx, &out, c, "ns", "a", now, 5*time.Second, 5*time.Millisecond)
+			if code := exitCodeOf(t, err); code != tc.wantCode {
+				t.Errorf("exit code %d (%v; %s), want %d", code, err, out.String(), tc.wantCode)
+			}
+		})
+	}
+}
