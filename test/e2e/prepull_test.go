@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,8 +109,33 @@ func (s *scenario) nodeImages() map[string]string {
 	return images
 }
 
+// imageNames are the names containerd may hold image under: itself, and
+// for a reference pinned to a digest (NAME:TAG@DIGEST, as the e2e registry's
+// images are) NAME@DIGEST, the one name the CRI records for such a pull.
+func imageNames(image string) []string {
+	names := []string{image}
+	if name, digest, ok := strings.Cut(image, "@"); ok {
+		if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+			name = name[:i]
+		}
+		names = append(names, name+"@"+digest)
+	}
+	return names
+}
+
+// imageDigest is the target digest of image in the scenario's node's
+// containerd, if it is there under any of its names.
+func (s *scenario) imageDigest(image string, images map[string]string) (string, bool) {
+	for _, n := range imageNames(image) {
+		if d, ok := images[n]; ok {
+			return d, true
+		}
+	}
+	return "", false
+}
+
 func (s *scenario) imageOnNode(image string) bool {
-	_, ok := s.nodeImages()[image]
+	_, ok := s.imageDigest(image, s.nodeImages())
 	return ok
 }
 
@@ -118,9 +145,9 @@ func (s *scenario) imageOnNode(image string) bool {
 func (s *scenario) removeImage(image string) {
 	s.t.Helper()
 	images := s.nodeImages()
-	digest, ok := images[image]
+	digest, ok := s.imageDigest(image, images)
 	if !ok {
-		s.logf("image %s not on node %s", image, s.node)
+		s.logf("image %s not on node %s (its images: %v)", image, s.node, slices.Sorted(maps.Keys(images)))
 		return
 	}
 	args := []string{"ctr", "--node", s.node, "images", "rm", "--sync"}
