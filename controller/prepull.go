@@ -24,6 +24,10 @@ const LabelManagedPrePull = "prepull"
 // recreate the pod.
 const AnnotationSafeToEvict = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
+// prePullMemoryLimit bounds the pre-pull pod's one process, `kdefer-stage
+// --version` (a few MiB; the pull itself is the runtime's, charged to no pod).
+const prePullMemoryLimit = "64Mi"
+
 // PrePullPodName is the pre-pull pod of an image on a node: one per
 // namespace, node and image, so the cost is bounded by those, not by pods.
 func PrePullPodName(node, image string) string {
@@ -47,6 +51,16 @@ func PrePullPodName(node, image string) string {
 // Evicting it costs nothing but a pull the defer pod does itself. Nothing
 // mistakes it for the run's defer pod: those are found by name
 // (v1.DeferPodName) and label (v1.ManagedDeferPod), which it does not have.
+//
+// It requests nothing, explicitly, as defer pods do (see admissible): it
+// has a nodeName, so the kubelet's admission is its only resource check,
+// and that refused a pre-pull pod requesting 10m of CPU OutOfcpu on a node
+// whose CPU requests were full, the image then not pulled (issue #37); a
+// zero request is never refused. Zero, not left out: a LimitRange's
+// defaults fill in only requests left out (which would make it refusable
+// again), and a ResourceQuota on requests.cpu or requests.memory counts an
+// explicit zero as specified. The memory limit keeps it off BestEffort,
+// which the kubelet refuses under MemoryPressure.
 func BuildPrePullPod(run *v1.DeferRun, node, image string, pull corev1.PullPolicy) *corev1.Pod {
 	owner := runOwnerRef(run, true)
 	owner.BlockOwnerDeletion = ptr.To(false)
@@ -71,8 +85,10 @@ func BuildPrePullPod(run *v1.DeferRun, node, image string, pull corev1.PullPolic
 			Containers: []corev1.Container{{
 				Name: "pull", Image: image, ImagePullPolicy: pullPolicy(pull),
 				Args: []string{"--version"}, // the entrypoint is kdefer-stage
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU: mustQ("10m"), corev1.ResourceMemory: mustQ("16Mi")}},
+				Resources: corev1.ResourceRequirements{
+					Requests: zeroRequests(),
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: mustQ(prePullMemoryLimit)},
+				},
 				SecurityContext: restricted(nil),
 			}},
 		},

@@ -264,6 +264,17 @@ func TestPrePull(t *testing.T) {
 	if pp.Annotations[AnnotationSafeToEvict] != "true" {
 		t.Errorf("pre-pull pod annotations %v: want %s=true", pp.Annotations, AnnotationSafeToEvict)
 	}
+	// The kubelet admits it on a node whose requests are full (issue #37):
+	// it requests nothing, explicitly, and a memory limit keeps it off
+	// BestEffort.
+	for _, r := range requestedResources {
+		if q, ok := pp.Spec.Containers[0].Resources.Requests[r]; !ok || !q.IsZero() {
+			t.Errorf("pre-pull pod %s request %s (set %v), want an explicit zero", r, q.String(), ok)
+		}
+	}
+	if pp.Spec.Containers[0].Resources.Limits.Memory().IsZero() {
+		t.Errorf("pre-pull pod limits %v: want a memory limit", pp.Spec.Containers[0].Resources.Limits)
+	}
 	if got := w.writes.Count(func(w ct.Write) bool { return w.Kind == "Pod" && w.Verb == "create" }); got != 1 {
 		t.Errorf("%d pod creates, want 1 pre-pull pod", got)
 	}

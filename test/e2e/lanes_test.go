@@ -31,7 +31,8 @@ import (
 // The node each disruptive scenario takes: about as much time on each
 // (~65 s of scenarios, measured alone 2026-12-02).
 const (
-	// nodeDisk: TestDiskPressure, TestTaintEviction.
+	// nodeDisk: TestDiskPressure, TestTaintEviction, TestPrePull (which
+	// removes the stage image from the node).
 	nodeDisk = 2
 	// nodeDrain: TestDrain, TestDrainDuringStageSteps,
 	// TestKubeletRestartedDuringStageOut.
