@@ -90,10 +90,15 @@ func TestNodeCrash(t *testing.T) {
 	booted = true
 	s.waitNodeReady(node, true, 2*time.Minute)
 	back := time.Since(crashed)
+	// Still Failed when the node turns Ready: wait for the resume first.
+	s.waitRun(pod, time.Minute, "resumed (NodeReturned)", func(r *v1.DeferRun) bool {
+		return r.Status.Retries != nil && r.Status.Retries.Count > 0
+	})
+	resumed := time.Since(crashed)
 	run = s.waitFinished(pod, v1.TriggerNodeLost, v1.DeferRunSucceeded, 3*time.Minute)
 	done := time.Since(crashed)
-	s.logf("timings from the crash: NotReady %s, NodeLost %s, Ready again %s, Succeeded %s",
-		notReady.Round(time.Second), lost.Round(time.Second), back.Round(time.Second), done.Round(time.Second))
+	s.logf("timings from the crash: NotReady %s, NodeLost %s, Ready again %s, resumed %s, Succeeded %s", notReady.Round(time.Second),
+		lost.Round(time.Second), back.Round(time.Second), resumed.Round(time.Second), done.Round(time.Second))
 	if run.Status.NodeName != node {
 		t.Errorf("DeferRun %s ran on %q, want its node %s", pod, run.Status.NodeName, node)
 	}
