@@ -31,7 +31,7 @@ import (
 // The node each disruptive scenario takes: about as much time on each
 // (~65 s of scenarios, measured alone 2026-12-02).
 const (
-	// nodeDisk: TestDiskPressure, TestTaintEviction.
+	// nodeDisk: TestDiskPressure, TestTaintEviction, TestNodeCrash.
 	nodeDisk = 2
 	// nodeDrain: TestDrain, TestDrainDuringStageSteps,
 	// TestKubeletRestartedDuringStageOut.
