@@ -149,7 +149,8 @@ func (s *scenario) crashLost(pod, node string, trigger v1.Trigger, crashed time.
 	if run.Status.State != v1.DeferRunFailed || c == nil || c.Reason != v1.ReasonNodeLost || run.Status.Trigger != trigger {
 		s.t.Fatalf("DeferRun %s: state %s trigger %s, Failed condition %+v, want Failed/NodeLost, trigger %s", pod, run.Status.State, run.Status.Trigger, c, trigger)
 	}
-	s.logf("DeferRun %s (trigger %s) failed NodeLost %s after the crash: %s", pod, trigger, lost.Round(time.Second), c.Message)
+	s.logf("DeferRun %s (trigger %s) failed NodeLost %s after the crash (seen %s after): %s", pod, trigger,
+		c.LastTransitionTime.Sub(crashed).Round(time.Second), lost.Round(time.Second), c.Message)
 	if run.Status.NodeName != node {
 		s.t.Errorf("DeferRun %s: node %q, want %s", pod, run.Status.NodeName, node)
 	}
