@@ -35,7 +35,7 @@ const (
 	// removes the stage image from the node).
 	nodeDisk = 2
 	// nodeDrain: TestDrain, TestDrainDuringStageSteps,
-	// TestKubeletRestartedDuringStageOut.
+	// TestKubeletRestartedDuringStageOut, TestNodeCrash.
 	nodeDrain = 3
 )
 
