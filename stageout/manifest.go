@@ -71,14 +71,14 @@ func (e *engine) beforeWrite(ctx context.Context) error {
 	return nil
 }
 
-// committed removes the uncommitted marker once the manifest is written.
-// The manifest decides already (a prefix with one is committed, marker or
-// not), so a store that refuses the delete costs a log line only.
+// committed removes the uncommitted marker once the manifest is written,
+// whether this run wrote it or an earlier attempt did (one that stored
+// every file and was stopped before its manifest leaves a rerun nothing to
+// write). The manifest decides already (a prefix with one is committed,
+// marker or not), so a store that refuses the delete costs a log line only.
 func (e *engine) committed(ctx context.Context) {
-	if !e.wrote {
-		return
-	}
-	if err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.prefix+stagecontract.UncommittedKey) }); err != nil {
+	err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.prefix+stagecontract.UncommittedKey) })
+	if err != nil { // a missing key is not an error (storage.Backend)
 		e.o.Log.Warn().Err(err).Str("key", e.prefix+stagecontract.UncommittedKey).Msg("leave the uncommitted marker: the manifest commits the prefix")
 	}
 }

@@ -225,3 +225,41 @@ func testInterrupted(t *testing.T, h storagetest.Harness) {
 		t.Errorf("tree after resumed run:\n%s", d)
 	}
 }
+
+// manifestFailingBackend refuses the manifest alone: every file is stored,
+// the commit is not.
+type manifestFailingBackend struct{ storage.Backend }
+
+func (f manifestFailingBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
+	if strings.HasSuffix(key, stagecontract.ManifestKey) {
+		return 0, errInjected
+	}
+	return f.Backend.Put(ctx, key, src, size, opts)
+}
+
+// An attempt that stored every file and failed at its manifest leaves the
+// uncommitted marker; the rerun, which has nothing left to write, commits
+// the prefix and removes the marker all the same.
+func TestUncommittedMarkerGoesWithTheManifest(t *testing.T) {
+	ctx := context.Background()
+	u := "mem://marker/run/"
+	be, loc := storagetest.Open(t, u)
+	src := t.TempDir()
+	stagetest.MakeTree(t, src, stagetest.Tree{"a.dat": storagetest.RandBytes(1, 5000), "b.dat": storagetest.RandBytes(2, 6000)})
+	if _, err := stageout.Run(ctx, outOpts(manifestFailingBackend{be}, src, u)); !errors.Is(err, errInjected) {
+		t.Fatalf("first attempt: %v, want the injected failure", err)
+	}
+	if _, err := be.Stat(ctx, loc.Prefix+stagecontract.UncommittedKey); err != nil {
+		t.Fatalf("after the failed commit, Stat(%s) = %v; want the marker", stagecontract.UncommittedKey, err)
+	}
+	res, err := stageout.Run(ctx, outOpts(be, src, u))
+	if err != nil {
+		t.Fatalf("rerun: %v", err)
+	}
+	if res.Objects != 0 || res.Skipped != 2 {
+		t.Errorf("rerun: objects %d skipped %d, want 0 and 2 (nothing left to write)", res.Objects, res.Skipped)
+	}
+	if _, err := be.Stat(ctx, loc.Prefix+stagecontract.UncommittedKey); !errors.Is(err, storage.ErrNotExist) {
+		t.Errorf("after the rerun, Stat(%s) = %v; want it removed", stagecontract.UncommittedKey, err)
+	}
+}
