@@ -36,13 +36,17 @@ export GOFLAGS ?= -trimpath "-ldflags=-s -w" -gcflags=all=-dwarf=false
 # the cluster, envtest and e2e on that Kubernetes; the default is the newest,
 # set in $(TOOLS). Each minor has a wrapper module in test/tools/kube.
 KUBE_NEWEST_WRAPPER := $(shell ls -d test/tools/kube/v1.* | sort -V | tail -1)
+# The oldest release kdefer supports: the release of the oldest wrapper module
+# (docs/usage.md "Supported Kubernetes versions" states it; hack/doccheck
+# checks that the docs and the chart agree). make test runs e2e-oldest on it.
+KUBE_OLDEST := $(shell $(TOOLS) oldest)
 export KDEFER_KUBE_DIR = $(shell $(TOOLS) path kube)
 export KDEFER_ETCD_DIR = $(shell $(TOOLS) path etcd)
 export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools envtest-assets bench-stage bench-scale bench-controller e2e e2e-soak demo demo-down fmt
+.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools tools-oldest envtest-assets bench-stage bench-scale bench-controller e2e e2e-oldest e2e-soak demo demo-down fmt
 
 all: build
 
@@ -68,6 +72,11 @@ tools:
 	$(TOOLS) kube
 	$(TOOLS) kueue
 	$(TOOLS) jobset
+
+## tools-oldest: Kubernetes KUBE_OLDEST and its etcd, for e2e-oldest (cached as tools is).
+tools-oldest:
+	KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) etcd
+	KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) kube
 
 envtest-assets: tools
 	mkdir -p $(ENVTEST_DIR)
@@ -241,6 +250,18 @@ cluster-down:
 ## TestMultiNode scenarios on all three).
 e2e: tools
 	test/e2e/run.sh
+
+## e2e-oldest: the e2e tier's smoke subset on the oldest supported release
+## (KUBE_OLDEST), on a cluster of its own: the Job webhook and a defer pod
+## (TestSucceeded), the admission policy that guards work volumes from the
+## garbage collector (TestJobDeletedForeground), a drain through the Eviction
+## API with the defer pod's budget and the node agent's logs (TestDrain, on
+## the third node), the CronJob webhook's matchConditions (TestCronJob) and a
+## namespace's default DeferPolicy refusing a Job (TestNamespaceDefaultPolicy),
+## side by side. make test runs it after the e2e tier.
+E2E_OLDEST_TESTS := TestSucceeded|TestJobDeletedForeground|TestDrain|TestCronJob|TestNamespaceDefaultPolicy
+e2e-oldest: tools tools-oldest
+	KUBE_VERSION=$(KUBE_OLDEST) KDEFER_E2E_PHASES=single KDEFER_E2E_FLAGS='-run ^($(E2E_OLDEST_TESTS))$$' test/e2e/run.sh
 
 ## e2e-soak: the e2e tier N times on one cluster (default 5), then a table of
 ## scenario x run (seconds, or FAIL); red if any run failed. No retries.
