@@ -193,10 +193,19 @@ binary_flags() {
 # KDEFER_E2E_NAME_IMAGE (what was pushed) and KDEFER_E2E_NAME_CONFIG (the
 # module's config/components), or KDEFER_E2E_NAME_SKIP with the reason.
 MANAGERS="kueue jobset"
+# manager_named NAME: KDEFER_E2E_FLAGS names no -run, or one that names a
+# scenario of NAME's (TestKueue..., TestJobSet...): a smoke subset such as
+# make e2e-oldest's pushes neither manager.
+manager_named() {
+	local alts
+	alts=$(run_alternatives)
+	[[ -z $alts ]] || grep -qi "^Test$1" <<<"$alts"
+}
 manager_push_args() {
 	[[ " $1 " == *" single "* ]] || return 0
 	local m d
 	for m in $MANAGERS; do
+		manager_named "$m" || continue
 		d=$("$ROOT/test/tools/install.sh" path "$m")
 		[[ -x $d/$m ]] && echo "--manager $m:${d##*/"$m"-}=$d/$m"
 	done

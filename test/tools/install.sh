@@ -8,6 +8,7 @@
 #
 #   test/tools/install.sh kube|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all
 #   test/tools/install.sh path NAME   # prints the directory holding NAME
+#   test/tools/install.sh oldest      # prints the oldest supported Kubernetes release
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,6 +20,16 @@ tools="${KDEFER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kdefer/tools}"
 # (test/tools/kube/v1.MINOR, written by test/tools/kube/gen.sh); another
 # patch release is generated into the tools cache, once.
 KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
+# The oldest release kdefer supports (docs/usage.md "Supported Kubernetes
+# versions"), which every `make test` runs a smoke subset of the e2e tier on
+# (make e2e-oldest): the release of the oldest committed wrapper module, so
+# that raising the floor is removing a wrapper (hack/doccheck checks that the
+# docs and the chart state the same range).
+kube_oldest() {
+	local w
+	w=$(ls -d "$root"/test/tools/kube/v1.* | sort -V | head -1)
+	awk '$1 == "k8s.io/kubernetes" { print $2 }' "$w/go.mod"
+}
 [[ $KUBE_VERSION =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || { echo "[tools] KUBE_VERSION=$KUBE_VERSION is not v1.MINOR.PATCH" >&2; exit 2; }
 KUBE_MINOR=${BASH_REMATCH[1]}
 
@@ -208,5 +219,6 @@ case "${1:-}" in
 kube | etcd | minio | mc | s5cmd | azurite | kueue | jobset) "build_$1" ;;
 all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd; build_azurite; build_kueue; build_jobset ;;
 path) dir_of "$2" ;;
-*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all|path NAME" >&2; exit 2 ;;
+oldest) kube_oldest ;;
+*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all|path NAME|oldest" >&2; exit 2 ;;
 esac
