@@ -103,7 +103,7 @@ envtest-assets: tools
 ##   e2e       625 s after the tools                  585 s after the tools (189 after unit)
 ##   total     2208 s = 36.8 min                      593 s = 9.9 min
 ##   e2e-oldest (after c14/w40; measured alone 2026-12-04, loaded machine): warm
-##             ~210 s at the end (envtest 72-82 s, smoke 99-119 s), 71 CPU-s;
+##             183 s at the end (envtest 69 s, smoke 111 s), 71 CPU-s;
 ##             cold adds Kubernetes v1.34.4 and etcd to the tools, ~690 CPU-s
 ##             (empty Go build cache), so cold ~47 min by estimate.
 test:
