@@ -317,6 +317,11 @@ func TestArchiveStepLogs(t *testing.T) {
 	if res.Logs != 3 || len(res.LogWarnings) != 1 {
 		t.Errorf("result logs %d, warnings %+v", res.Logs, res.LogWarnings)
 	}
+	for _, k := range objects(t, u) {
+		if k == stagecontract.UncommittedKey {
+			t.Errorf("the sidecar left %s: the committed prefix looks uncommitted", k)
+		}
+	}
 	if after := objectBytes(t, u, stagecontract.ManifestKey); string(after) != string(before) {
 		t.Error("the sidecar rewrote the manifest, the stage-out's commit marker")
 	}

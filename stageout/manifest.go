@@ -52,6 +52,12 @@ func (e *engine) beforeWrite(ctx context.Context) error {
 	if e.wrote {
 		return nil
 	}
+	if e.manifestKey == "" {
+		// An engine that commits nothing (the steps' logs, archived after
+		// the stage-out's manifest) marks nothing either.
+		e.wrote = true
+		return nil
+	}
 	if e.hasManifest {
 		err := e.o.Retry.Do(ctx, func(ctx context.Context) error { return e.be.Delete(ctx, e.manifestKey) })
 		if err != nil {
