@@ -79,7 +79,7 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 			s.requeueAt(due)
 		}
 		s.cond(v1.DeferRunVolumeReleased, false, v1.ReasonRetained, msg)
-		return nil
+		return r.recordRetainedBytes(ctx, s)
 	}
 	for _, v := range s.run.Spec.Volumes {
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -105,9 +105,45 @@ func (r *RunReconciler) handleVolume(ctx context.Context, s *runState) error {
 		r.exp.claims.forget(client.ObjectKeyFromObject(pvc))
 		Metrics.Writes.WithLabelValues("release-volume").Inc()
 	}
+	s.status.RetainedBytes = 0
 	s.cond(v1.DeferRunVolumeReleased, true, v1.ReasonReleased, "work volume deleted")
 	s.events = append(s.events, event{corev1.EventTypeNormal, v1.EventVolumeReleased, "work volume deleted", true})
 	return nil
+}
+
+// recordRetainedBytes records the disk the run's kept volumes hold, once:
+// the cache keeps no PVC sizes (stripPVC), so they are read from the API
+// server, and only for the few runs that keep their volumes. A PVC not yet
+// read (gone, or the read failed) is tried again at the run's next pass.
+func (r *RunReconciler) recordRetainedBytes(ctx context.Context, s *runState) error {
+	if s.status.RetainedBytes != 0 {
+		return nil
+	}
+	var sum int64
+	for _, v := range s.run.Spec.Volumes {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: v.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading the size of kept work PVC %s: %w", v.ClaimName, err)
+		}
+		sum += claimBytes(pvc)
+	}
+	s.status.RetainedBytes = sum
+	return nil
+}
+
+// claimBytes is a PVC's capacity, else its requested storage.
+func claimBytes(pvc *corev1.PersistentVolumeClaim) int64 {
+	if q, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
+		return q.Value()
+	}
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		return q.Value()
+	}
+	return 0
 }
 
 // deleteLeftoverDeferPod deletes the defer pod of a run that goes, if its

@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,8 +24,9 @@ type RunGauges struct {
 	InFlight int
 	// Retained: finished runs whose work volume is kept (failed or
 	// Incomplete, onFailure Retain), and RetainedBytes their PVCs'
-	// capacity (status.capacity, else the requested size): the disk they
-	// hold on their nodes, not what is written on it.
+	// capacity (status.capacity, else the requested size, as the runs
+	// record it in status.retainedBytes): the disk they hold on their
+	// nodes, not what is written on it.
 	Retained      int
 	RetainedBytes int64
 	// OldestRetained is how long the longest-kept volume has been kept
@@ -35,9 +34,8 @@ type RunGauges struct {
 	OldestRetained time.Duration
 }
 
-// ComputeRunGauges digests runs into RunGauges; size gives a work PVC's
-// size in bytes (0 when unknown).
-func ComputeRunGauges(runs []v1.DeferRun, size func(ns, claim string) int64, now time.Time) RunGauges {
+// ComputeRunGauges digests runs into RunGauges.
+func ComputeRunGauges(runs []v1.DeferRun, now time.Time) RunGauges {
 	var g RunGauges
 	for i := range runs {
 		run := &runs[i]
@@ -48,9 +46,7 @@ func ComputeRunGauges(runs []v1.DeferRun, size func(ns, claim string) int64, now
 			}
 		case retained(run):
 			g.Retained++
-			for _, v := range run.Spec.Volumes {
-				g.RetainedBytes += size(run.Namespace, v.ClaimName)
-			}
+			g.RetainedBytes += run.Status.RetainedBytes
 			if t := run.Status.CompletionTime; t != nil && now.Sub(t.Time) > g.OldestRetained {
 				g.OldestRetained = now.Sub(t.Time)
 			}
@@ -63,17 +59,6 @@ func ComputeRunGauges(runs []v1.DeferRun, size func(ns, claim string) int64, now
 func retained(run *v1.DeferRun) bool {
 	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunVolumeReleased)
 	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1.ReasonRetained
-}
-
-// claimBytes is a PVC's capacity, else its requested storage.
-func claimBytes(pvc *corev1.PersistentVolumeClaim) int64 {
-	if q, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
-		return q.Value()
-	}
-	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-		return q.Value()
-	}
-	return 0
 }
 
 // runCollector serves RunGauges from the manager's cache (set by
@@ -117,14 +102,7 @@ func (c *runCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.inFlight, err)
 		return
 	}
-	size := func(ns, claim string) int64 {
-		pvc := &corev1.PersistentVolumeClaim{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: claim}, pvc); err != nil {
-			return 0
-		}
-		return claimBytes(pvc)
-	}
-	g := ComputeRunGauges(list.Items, size, c.clock.Now())
+	g := ComputeRunGauges(list.Items, c.clock.Now())
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(g.InFlight))
 	ch <- prometheus.MustNewConstMetric(c.retained, prometheus.GaugeValue, float64(g.Retained))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(g.RetainedBytes))

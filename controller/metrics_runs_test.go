@@ -16,7 +16,7 @@ import (
 
 // TestComputeRunGauges: in flight are the triggered, unfinished runs (not
 // the armed ones); kept volumes are the finished runs whose
-// VolumeReleased condition says Retained, with their PVCs' sizes and the
+// VolumeReleased condition says Retained, with the sizes they recorded and the
 // age of the oldest.
 func TestComputeRunGauges(t *testing.T) {
 	mk := func(trigger v1.Trigger, conds ...metav1.Condition) v1.DeferRun {
@@ -44,7 +44,10 @@ func TestComputeRunGauges(t *testing.T) {
 		mk(v1.TriggerSucceeded, cond(v1.DeferRunSucceeded, metav1.ConditionTrue, v1.ReasonSucceeded, t0.Add(-9*time.Hour)),
 			cond(v1.DeferRunVolumeReleased, metav1.ConditionTrue, v1.ReasonReleased, t0)),
 	}
-	g := ComputeRunGauges(runs, func(ns, claim string) int64 { return 1 << 30 }, t0)
+	for i := 3; i <= 5; i++ { // the two kept, and a released one whose count must not be added
+		runs[i].Status.RetainedBytes = 1 << 30
+	}
+	g := ComputeRunGauges(runs, t0)
 	want := RunGauges{InFlight: 2, Retained: 2, RetainedBytes: 2 << 30, OldestRetained: 3 * time.Hour}
 	if g != want {
 		t.Errorf("ComputeRunGauges = %+v, want %+v", g, want)

@@ -160,6 +160,12 @@ type DeferRunStatus struct {
 	// +optional
 	Unsaved int64 `json:"unsaved,omitempty"`
 
+	// retainedBytes is the disk the run's kept work volumes hold on the
+	// node: their PVCs' capacity (else their requested size), recorded when
+	// the volumes are kept and cleared when they are released.
+	// +optional
+	RetainedBytes int64 `json:"retainedBytes,omitempty"`
+
 	// manifestURL of the manifest that marks the upload complete.
 	// +optional
 	ManifestURL string `json:"manifestURL,omitempty"`

@@ -109,14 +109,24 @@ func StripPod(obj any) (any, error) {
 	return p, nil
 }
 
-// keepKeys keeps kdefer's keys (kdefer.io/...) and the extra ones.
+// keepKeys keeps kdefer's keys (kdefer.io/...) and the extra ones, in a map
+// sized for them alone: the cache holds one per pod, and a map sized for all
+// of a pod's labels or annotations (most of them the user's, dropped here)
+// costs several times as much.
 func keepKeys(m map[string]string, extra map[string]bool) map[string]string {
-	var out map[string]string
+	kept := func(k string) bool { return strings.HasPrefix(k, v1.AnnotationPrefix) || extra[k] }
+	n := 0
+	for k := range m {
+		if kept(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make(map[string]string, n)
 	for k, v := range m {
-		if strings.HasPrefix(k, v1.AnnotationPrefix) || extra[k] {
-			if out == nil {
-				out = make(map[string]string, len(m))
-			}
+		if kept(k) {
 			out[k] = v
 		}
 	}
