@@ -242,4 +242,3 @@ func initStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	}
 	return nil
 }
-
