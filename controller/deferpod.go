@@ -141,8 +141,10 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		// wrote, or the volume over a directory the step trusts
 		// (/etc/ssl/certs). It resolves its source beneath the volume's
 		// mount point, so the job cannot link it out (--volume-root).
+		// The trigger's rule may send this ending elsewhere (a succeeded
+		// pod to the prefix a later Job stages in from).
 		args := []string{"out", "--volume-root", render.StageMountPath, "--from", path.Join(render.StageMountPath, so.Path),
-			"--to", v1.StageURLWithS3(so.URL, pol.S3)}
+			"--to", v1.StageURLWithS3(pol.StageOutURL(run.Status.Trigger), pol.S3)}
 		for _, g := range include {
 			args = append(args, "--include", g)
 		}

@@ -82,6 +82,23 @@ func TestBuildDeferPod(t *testing.T) {
 			want: &shape{Inits: []string{"stage-out"}, Mains: []string{"notify"}, NodeName: "n1", Deadline: 1800, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
 				Args: []string{"out", "--volume-root", "/kdefer-work", "--from", "/kdefer-work", "--to", "s3://bucket/{namespace}/{pod}/", "--include", "logs/**", "--log-format", "json"}},
 		},
+		"trigger rule url: a succeeded pod stages out elsewhere, with the policy's S3 settings": {
+			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerSucceeded, 0).Policy(func(p *v1.DeferPolicySpec) {
+				p.StageOut.URL = "s3://bucket/{namespace}/{job}/attempts/{pod}/"
+				p.S3 = &v1.S3Settings{Region: "eu-west-1"}
+				p.TriggerRules = []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerSucceeded}, URL: "s3://bucket/{namespace}/{job}/output/"}}
+			}).Obj(),
+			want: &shape{Mains: []string{"stage-out"}, NodeName: "n1", Deadline: 1800, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
+				Args: []string{"out", "--volume-root", "/kdefer-work", "--from", "/kdefer-work", "--to", "s3://bucket/{namespace}/{job}/output/?region=eu-west-1", "--log-format", "json"}},
+		},
+		"trigger rule url: other triggers keep stageOut.url": {
+			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerDrained, 143).Policy(func(p *v1.DeferPolicySpec) {
+				p.StageOut.URL = "s3://bucket/{namespace}/{job}/attempts/{pod}/"
+				p.TriggerRules = []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerSucceeded}, URL: "s3://bucket/{namespace}/{job}/output/"}}
+			}).Obj(),
+			want: &shape{Mains: []string{"stage-out"}, NodeName: "n1", Deadline: 1800, Restart: corev1.RestartPolicyOnFailure, Owner: "DeferRun/p",
+				Args: []string{"out", "--volume-root", "/kdefer-work", "--from", "/kdefer-work", "--to", "s3://bucket/{namespace}/{job}/attempts/{pod}/", "--log-format", "json"}},
+		},
 		"skip rule: no pod": {
 			run: kt.MakeRun("p", "ns").Trigger(v1.TriggerPreempted, 143).Policy(func(p *v1.DeferPolicySpec) {
 				p.TriggerRules = []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerPreempted}, Action: v1.TriggerActionSkip}}

@@ -130,13 +130,28 @@ func Warnings(job *batchv1.Job) []string {
 // PolicyWarnings returns advice about a DeferPolicy that admission
 // accepts (the webhook and `kdefer lint` print the same): a stage-out URL
 // every attempt of a pod shares, unless the policy overwrites on purpose.
+// A trigger rule's url used for Succeeded alone is not warned about: only
+// one attempt of a one-completion Job (of an index, with {index}) ends
+// Succeeded, so such a url is the stable prefix a later Job stages in
+// from (usage.md, Pipelines); a re-run of the Job is still refused there.
 func PolicyWarnings(p *v1.DeferPolicySpec) []string {
-	if so := p.StageOut; so != nil && !so.Overwrite {
-		if c := v1.StageOutCollision(so.URL); c != "" {
-			return []string{"spec.stageOut.url: " + c}
+	so := p.StageOut
+	if so == nil || so.Overwrite {
+		return nil
+	}
+	var w []string
+	if c := v1.StageOutCollision(so.URL); c != "" {
+		w = append(w, "spec.stageOut.url: "+c)
+	}
+	for i, r := range p.TriggerRules {
+		if r.URL == "" || slices.Equal(r.Triggers, []v1.Trigger{v1.TriggerSucceeded}) {
+			continue
+		}
+		if c := v1.StageOutCollision(r.URL); c != "" {
+			w = append(w, fmt.Sprintf("spec.triggerRules[%d].url: %s", i, c))
 		}
 	}
-	return nil
+	return w
 }
 
 // Problems flattens an error from render (or EffectivePolicy) into one

@@ -266,6 +266,25 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
+// TestPolicyWarningsRuleURL: a trigger rule's url is warned about as
+// stageOut.url is, but for one used for Succeeded alone, the prefix a
+// pipeline's next Job stages in from.
+func TestPolicyWarningsRuleURL(t *testing.T) {
+	p := &v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/{job}/attempts/{pod}/"}, TriggerRules: []v1.TriggerRule{
+		{Triggers: []v1.Trigger{v1.TriggerSucceeded}, URL: "s3://b/{namespace}/{job}/output/"},
+		{Triggers: []v1.Trigger{v1.TriggerFailed, v1.TriggerSucceeded}, URL: "s3://b/{job}/ended/"},
+		{Triggers: []v1.Trigger{v1.TriggerOOMKilled}, URL: "s3://b/{job}/oom/{uid}/"},
+	}}
+	want := []string{"spec.triggerRules[1].url: " + v1.StageOutCollision("s3://b/{job}/ended/")}
+	if diff := cmp.Diff(want, render.PolicyWarnings(p)); diff != "" {
+		t.Errorf("PolicyWarnings (-want +got):\n%s", diff)
+	}
+	p.StageOut.Overwrite = true
+	if w := render.PolicyWarnings(p); len(w) != 0 {
+		t.Errorf("PolicyWarnings with overwrite: %q", w)
+	}
+}
+
 // TestWarningsCollidingAttempts: a stage-out URL is unique per pod attempt
 // only with {pod} or {uid}. A retried pod (backoffLimit, even in a one-pod
 // Job) and a retried index get new pod names but the same job name and

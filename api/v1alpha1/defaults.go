@@ -87,3 +87,15 @@ func (s *DeferPolicySpec) RuleFor(t Trigger) TriggerRule {
 	}
 	return TriggerRule{Triggers: []Trigger{t}, Action: TriggerActionRun}
 }
+
+// StageOutURL returns the stage-out URL template for trigger t: the url of
+// the rule that applies to t, else stageOut.url ("" without stageOut).
+func (s *DeferPolicySpec) StageOutURL(t Trigger) string {
+	if s.StageOut == nil {
+		return ""
+	}
+	if u := s.RuleFor(t).URL; u != "" {
+		return u
+	}
+	return s.StageOut.URL
+}

@@ -298,6 +298,18 @@ type TriggerRule struct {
 	// +listType=atomic
 	Exclude []string `json:"exclude,omitempty"`
 
+	// url replaces stageOut.url for these triggers: a template with the
+	// same placeholders, S3 options and settings (spec.s3). It sends some
+	// endings elsewhere, e.g. a Job's succeeded pod to a prefix a later
+	// Job stages in from ({namespace}/{job}/output/), while every other
+	// attempt (evicted, failed) keeps its own ({job}/attempts/{pod}/), so
+	// the later Job never takes a failed attempt's outputs. Needs
+	// stageOut.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="triggerRules[].url must start with s3://, gs://, azblob://, file:// or mem://"
+	URL string `json:"url,omitempty"`
+
 	// deferContainers names the defer containers that run for these
 	// triggers (default: all of them).
 	// +optional

@@ -108,6 +108,7 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 		}
 		errs = append(errs, validateGlobs(r.Include, p.Child("include"))...)
 		errs = append(errs, validateGlobs(r.Exclude, p.Child("exclude"))...)
+		errs = append(errs, validateRuleURL(s, r, p.Child("url"))...)
 		for j, n := range r.DeferContainers {
 			if !names[n] {
 				errs = append(errs, field.Invalid(p.Child("deferContainers").Index(j), n, "names no entry of spec.deferContainers"))
@@ -146,12 +147,36 @@ func ValidateFileURLs(s *DeferPolicySpec, fld *field.Path) field.ErrorList {
 	if s.StageOut != nil && strings.HasPrefix(s.StageOut.URL, "file://") {
 		errs = append(errs, field.Forbidden(fld.Child("stageOut", "url"), msg))
 	}
+	for i, r := range s.TriggerRules {
+		if strings.HasPrefix(r.URL, "file://") {
+			errs = append(errs, field.Forbidden(fld.Child("triggerRules").Index(i).Child("url"), msg))
+		}
+	}
 	for i, in := range s.StageIn {
 		if strings.HasPrefix(in.URL, "file://") {
 			errs = append(errs, field.Forbidden(fld.Child("stageIn").Index(i).Child("url"), msg))
 		}
 	}
 	return errs
+}
+
+// validateRuleURL checks a trigger rule's url as stageOut.url is checked,
+// and that it has something to replace: a rule that skips its triggers
+// uploads nothing, and a policy without stageOut has no stage-out step.
+func validateRuleURL(s *DeferPolicySpec, r TriggerRule, p *field.Path) field.ErrorList {
+	if r.URL == "" {
+		return nil
+	}
+	switch {
+	case s.StageOut == nil:
+		return field.ErrorList{field.Invalid(p, r.URL, "replaces stageOut.url for the rule's triggers, but the policy has no stageOut: set spec.stageOut.url too, or remove the rule's url")}
+	case r.Action == TriggerActionSkip:
+		return field.ErrorList{field.Invalid(p, r.URL, "the rule's action is Skip, so nothing is uploaded for its triggers: remove the url, or the action")}
+	}
+	if msg := CheckStageURL(r.URL, false); msg != "" {
+		return field.ErrorList{field.Invalid(p, r.URL, msg)}
+	}
+	return nil
 }
 
 func validateGlobs(globs []string, p *field.Path) field.ErrorList {

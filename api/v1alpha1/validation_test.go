@@ -38,6 +38,19 @@ func TestValidateDeferPolicySpec(t *testing.T) {
 			"spec.deferContainers[2].image: Required value", "spec.triggerRules[0].triggers[0]: Unsupported value",
 			"spec.triggerRules[0].deferContainers[0]: Invalid value",
 		}},
+		{name: "trigger rule url", mod: func(s *DeferPolicySpec) {
+			s.TriggerRules = []TriggerRule{
+				{Triggers: []Trigger{TriggerSucceeded}, URL: "s3://b/{namespace}/{job}/output/"},
+				{Triggers: []Trigger{TriggerFailed}, URL: "s3://b/{nope}/"},
+				{Triggers: []Trigger{TriggerDeleted}, Action: TriggerActionSkip, URL: "s3://b/{pod}/"},
+				{Triggers: []Trigger{TriggerEvicted}, URL: "mem://b/{pod}/"},
+			}
+		}, want: []string{"spec.triggerRules[1].url: Invalid value", "spec.triggerRules[2].url: Invalid value", "spec.triggerRules[3].url: Invalid value"}},
+		{name: "trigger rule url without stageOut", mod: func(s *DeferPolicySpec) {
+			s.StageOut = nil
+			s.DeferContainers = []corev1.Container{{Name: "d", Image: "x"}}
+			s.TriggerRules = []TriggerRule{{Triggers: []Trigger{TriggerSucceeded}, URL: "s3://b/{job}/output/"}}
+		}, want: []string{"spec.triggerRules[0].url: Invalid value"}},
 		// The defer pod's volumes that are kdefer's: its stage steps' logs
 		// token, /tmp and S3 CA bundle. The work volume is the user's.
 		{name: "defer container mounts kdefer's volumes", mod: func(s *DeferPolicySpec) {
@@ -92,7 +105,8 @@ func TestDefaultIdempotent(t *testing.T) {
 // admission refuses them unless the cluster allows them (kdefer-controller
 // --allow-file-urls); the rule is ValidateFileURLs.
 func TestValidateFileURLs(t *testing.T) {
-	s := &DeferPolicySpec{StageOut: &StageOut{URL: "file:///data/out/{pod}"}, StageIn: []StageIn{{URL: "s3://b/in/"}, {URL: "file:///data/in"}}}
+	s := &DeferPolicySpec{StageOut: &StageOut{URL: "file:///data/out/{pod}"}, StageIn: []StageIn{{URL: "s3://b/in/"}, {URL: "file:///data/in"}},
+		TriggerRules: []TriggerRule{{Triggers: []Trigger{TriggerSucceeded}, URL: "file:///data/done/{job}"}}}
 	if errs := ValidateDeferPolicySpec(s, field.NewPath("spec")); len(errs) > 0 {
 		t.Errorf("ValidateDeferPolicySpec refuses file:// itself (the cluster's setting decides): %v", errs)
 	}
@@ -102,6 +116,7 @@ func TestValidateFileURLs(t *testing.T) {
 	}
 	want := []string{
 		`spec.stageOut.url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls; fix: use s3://, gs:// or azblob://`,
+		`spec.triggerRules[0].url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls; fix: use s3://, gs:// or azblob://`,
 		`spec.stageIn[1].url: Forbidden: file:// URLs write to the node's filesystem and are allowed only when kdefer-controller runs with --allow-file-urls; fix: use s3://, gs:// or azblob://`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -109,5 +124,26 @@ func TestValidateFileURLs(t *testing.T) {
 	}
 	if errs := ValidateFileURLs(&DeferPolicySpec{StageOut: &StageOut{URL: "s3://b/x"}}, field.NewPath("spec")); len(errs) > 0 {
 		t.Errorf("ValidateFileURLs refuses s3://: %v", errs)
+	}
+}
+
+// StageOutURL: the rule that applies to the trigger decides, else stageOut.url.
+func TestStageOutURL(t *testing.T) {
+	s := &DeferPolicySpec{StageOut: &StageOut{URL: "s3://b/{job}/attempts/{pod}/"}, TriggerRules: []TriggerRule{
+		{Triggers: []Trigger{TriggerOOMKilled}, Include: []string{"logs/**"}},
+		{Triggers: []Trigger{TriggerSucceeded}, URL: "s3://b/{job}/output/"},
+		{Triggers: []Trigger{TriggerSucceeded}, URL: "s3://b/never/"},
+	}}
+	for trig, want := range map[Trigger]string{
+		TriggerSucceeded: "s3://b/{job}/output/",
+		TriggerDrained:   "s3://b/{job}/attempts/{pod}/",
+		TriggerOOMKilled: "s3://b/{job}/attempts/{pod}/",
+	} {
+		if got := s.StageOutURL(trig); got != want {
+			t.Errorf("StageOutURL(%s) = %q, want %q", trig, got, want)
+		}
+	}
+	if got := (&DeferPolicySpec{}).StageOutURL(TriggerSucceeded); got != "" {
+		t.Errorf("StageOutURL without stageOut = %q, want \"\"", got)
 	}
 }

@@ -118,7 +118,8 @@ func copyObject(ctx context.Context, w io.Writer, be storage.Backend, key string
 }
 
 // runPrefixURL is the URL of run's stage-out prefix: its manifest's, with
-// the query (S3 endpoint, region, ...) the policy's stage-out URL and S3
+// the query (S3 endpoint, region, ...) that the stage-out URL of the run's
+// trigger (a trigger rule's url, else stageOut.url) and the policy's S3
 // settings give.
 func runPrefixURL(run *v1.DeferRun) (string, error) {
 	so := run.Spec.Policy.StageOut
@@ -126,7 +127,7 @@ func runPrefixURL(run *v1.DeferRun) (string, error) {
 	if so == nil || !ok {
 		return "", fmt.Errorf("run %s has no manifest (status.manifestURL): its stage-out has not completed", run.Name)
 	}
-	if _, q, _ := strings.Cut(v1.StageURLWithS3(so.URL, run.Spec.Policy.S3), "?"); q != "" {
+	if _, q, _ := strings.Cut(v1.StageURLWithS3(run.Spec.Policy.StageOutURL(run.Status.Trigger), run.Spec.Policy.S3), "?"); q != "" {
 		if _, err := url.ParseQuery(q); err == nil {
 			prefix += "?" + q
 		}

@@ -55,3 +55,16 @@ func TestArchivedLogsSayWhatWasCut(t *testing.T) {
 		t.Errorf("stderr %q, want the note %q about main alone", errb.String(), note)
 	}
 }
+
+// A run whose trigger rule sent its stage-out elsewhere reads its logs with
+// that url's query (its endpoint), not stageOut.url's.
+func TestRunPrefixURLOfTriggerRule(t *testing.T) {
+	run := kt.MakeRun("p-0", "ns").Trigger(v1.TriggerSucceeded, 0).Obj()
+	run.Spec.Policy.StageOut = &v1.StageOut{URL: "s3://b/{job}/attempts/{pod}/?endpoint=http://a:9000"}
+	run.Spec.Policy.TriggerRules = []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerSucceeded}, URL: "s3://b/{job}/output/?endpoint=http://b:9000"}}
+	run.Status.ManifestURL = "s3://b/sim/output/" + stagecontract.ManifestKey
+	got, err := runPrefixURL(run)
+	if want := "s3://b/sim/output/?endpoint=http://b:9000"; err != nil || got != want {
+		t.Errorf("runPrefixURL = %q, %v; want %q", got, err, want)
+	}
+}

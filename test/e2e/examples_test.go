@@ -26,12 +26,13 @@ import (
 // each example's comment says what.
 
 // fromExample decodes examples/name strictly (an unknown field fails the
-// scenario, as kubectl's --validate=strict would) into obj, a Job or a Pod,
-// and adapts it to the scenario: its namespace; the stage-out URL's bucket
-// and endpoint, the scenario's MinIO; the credentials Secret, the scenario's
-// "minio"; every container's image, the cluster's busybox; and a security
-// context meeting Pod Security "restricted", which the namespace enforces.
-// The URL's path, the placeholders and every other annotation stay.
+// scenario, as kubectl's --validate=strict would) into obj, a Job, a Pod or
+// a DeferPolicy, and adapts it to the scenario: its namespace; every stage
+// URL's bucket and endpoint (exampleURL), the scenario's MinIO; the
+// credentials Secret it names, the scenario's "minio"; every container's
+// image, the cluster's busybox; and a security context meeting Pod Security
+// "restricted", which the namespace enforces. The URLs' paths, the
+// placeholders and every other field and annotation stay.
 func (s *scenario) fromExample(name string, obj client.Object) {
 	s.t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "examples", name))
@@ -42,16 +43,24 @@ func (s *scenario) fromExample(name string, obj client.Object) {
 		s.t.Fatalf("examples/%s: %v", name, err)
 	}
 	obj.SetNamespace(s.ns)
-	ann := obj.GetAnnotations()
-	u, err := url.Parse(ann[v1.AnnotationStageOut])
-	if err != nil || u.Scheme != "s3" || u.RawQuery != "" {
-		s.t.Fatalf("examples/%s: stage-out %q: want an s3:// URL without parameters (%v)", name, ann[v1.AnnotationStageOut], err)
-	}
-	ann[v1.AnnotationStageOut] = "s3://" + bucket + u.Path + s.s3Query()
-	ann[v1.AnnotationCredentials] = "minio"
-	obj.SetAnnotations(ann)
 	var spec *corev1.PodSpec
 	switch o := obj.(type) {
+	case *v1.DeferPolicy:
+		if so := o.Spec.StageOut; so != nil {
+			so.URL = s.exampleURL(name, so.URL)
+		}
+		for i := range o.Spec.TriggerRules {
+			if r := &o.Spec.TriggerRules[i]; r.URL != "" {
+				r.URL = s.exampleURL(name, r.URL)
+			}
+		}
+		for i := range o.Spec.StageIn {
+			o.Spec.StageIn[i].URL = s.exampleURL(name, o.Spec.StageIn[i].URL)
+		}
+		if o.Spec.Credentials != nil {
+			o.Spec.Credentials.Name = "minio"
+		}
+		return
 	case *batchv1.Job:
 		spec = &o.Spec.Template.Spec
 	case *corev1.Pod:
@@ -59,11 +68,37 @@ func (s *scenario) fromExample(name string, obj client.Object) {
 	default:
 		s.t.Fatalf("fromExample: %T", obj)
 	}
+	ann := obj.GetAnnotations()
+	if u, ok := ann[v1.AnnotationStageOut]; ok {
+		ann[v1.AnnotationStageOut] = s.exampleURL(name, u)
+	}
+	if u, ok := ann[v1.AnnotationStageIn]; ok {
+		urls := strings.Split(u, ",")
+		for i := range urls {
+			urls[i] = s.exampleURL(name, strings.TrimSpace(urls[i]))
+		}
+		ann[v1.AnnotationStageIn] = strings.Join(urls, ",")
+	}
+	if _, ok := ann[v1.AnnotationCredentials]; ok {
+		ann[v1.AnnotationCredentials] = "minio"
+	}
+	obj.SetAnnotations(ann)
 	for i := range spec.Containers {
 		spec.Containers[i].Image = clusterenv.MustImage(s.t, "busybox")
 		spec.Containers[i].ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	restrictedPod(spec, jobUser, jobUser, jobUser)
+}
+
+// exampleURL is an example's stage URL u, an s3:// URL without parameters,
+// in the scenario's bucket on its MinIO, with u's path.
+func (s *scenario) exampleURL(name, u string) string {
+	s.t.Helper()
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme != "s3" || p.RawQuery != "" {
+		s.t.Fatalf("examples/%s: stage URL %q: want an s3:// URL without parameters (%v)", name, u, err)
+	}
+	return "s3://" + bucket + p.Path + s.s3Query()
 }
 
 // waitJobPodRunning waits until a pod of the Job runs and returns its name.

@@ -117,6 +117,7 @@ func testCRDValidation(t *testing.T, env *envtest.Env) {
 		{name: "stageOut locked but unset", spec: v1.DeferPolicySpec{DeferContainers: []corev1.Container{{Name: "c", Image: "busybox"}}, Locked: []v1.LockedField{v1.LockedStageOut}},
 			want: "spec.locked holds stageOut but spec.stageOut is not set: set spec.stageOut.url"},
 		{name: "locked enum", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, Locked: []v1.LockedField{"deadline"}}, want: `spec.locked[0]: Unsupported value: "deadline"`},
+		{name: "trigger rule url scheme", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, TriggerRules: []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerSucceeded}, URL: "b/{job}/output/"}}}, want: "triggerRules[].url must start with s3://"},
 		{name: "trigger enum", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, TriggerRules: []v1.TriggerRule{{Triggers: []v1.Trigger{"Exploded"}}}}, want: `spec.triggerRules[0].triggers[0]: Unsupported value: "Exploded"`},
 	}
 	for i, tc := range cases {
