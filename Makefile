@@ -47,7 +47,7 @@ export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools tools-oldest envtest-assets bench-stage bench-scale bench-controller e2e e2e-oldest e2e-soak demo demo-down fmt
+.PHONY: all help build kubectl-kdefer krew release test unit fuzz verify lint generate tools tools-oldest envtest-assets bench-stage bench-scale bench-controller e2e e2e-oldest e2e-soak demo demo-down fmt
 
 all: build
 
@@ -241,6 +241,19 @@ images:
 krew:
 	$(if $(VERSION),,$(error VERSION=vX.Y.Z: the release the archives are for))
 	$(GO) run ./hack/krew --version $(VERSION) --out $(BIN)/krew
+
+## release: a release of VERSION (vX.Y.Z[-PRE]) to REGISTRY (host[:port]/path),
+## what .github/workflows/release.yml runs on a tag (hack/release): kdefer's
+## images for PLATFORMS pushed, each with an SBOM and a cosign signature
+## (KEY=cosign.key, default bin/release/cosign.key, made when missing;
+## KEYLESS=1 leaves signing to cosign), the chart pushed to
+## oci://REGISTRY/charts/kdefer, and in bin/release manifests.yaml, the krew
+## archives and manifest, the CHANGELOG section and release.txt (every
+## artifact with its digest).
+release:
+	$(if $(and $(REGISTRY),$(VERSION)),,$(error make release REGISTRY=host[:port]/path VERSION=vX.Y.Z))
+	$(GO) run ./hack/release --registry $(REGISTRY) --version $(VERSION) --platforms $(PLATFORMS) \
+		$(if $(KEY),--key $(KEY)) $(if $(filter 1,$(KEYLESS)),--keyless)
 
 ## cluster-up / cluster-down: a real Kubernetes cluster on this machine (NODES=3: three nodes).
 cluster-up: tools
