@@ -279,14 +279,16 @@ e2e: tools
 ## side by side. First ./test/envtest on that release's apiserver and etcd
 ## (bin/envtest-oldest): kdefer's manifests applied as they ship, both
 ## admission policies, the webhooks, Pod Security, least-privilege RBAC
-## (~35 CPU-s). make test runs it after the e2e tier.
+## (~35 CPU-s). kdefer is installed as the README's second way, `kubectl apply
+## --server-side -f manifests.yaml` of a release to the test registry (the e2e
+## tier installs the released chart with helm). make test runs it after the e2e tier.
 E2E_OLDEST_TESTS := TestSucceeded|TestJobDeletedForeground|TestDrain|TestCronJob|TestNamespaceDefaultPolicy
 e2e-oldest: tools tools-oldest
 	mkdir -p $(BIN)/envtest-oldest
 	k=$$(KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) path kube) e=$$(KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) path etcd) && \
 		ln -sf $$k/kube-apiserver $$k/kubectl $$e/etcd $(BIN)/envtest-oldest/
 	KUBEBUILDER_ASSETS=$(BIN)/envtest-oldest KDEFER_REQUIRE_TOOLS=1 $(GO) test -count=1 ./test/envtest
-	KUBE_VERSION=$(KUBE_OLDEST) KDEFER_E2E_PHASES=single KDEFER_E2E_FLAGS='-run ^($(E2E_OLDEST_TESTS))$$' test/e2e/run.sh
+	KUBE_VERSION=$(KUBE_OLDEST) KDEFER_E2E_INSTALL=manifests KDEFER_E2E_PHASES=single KDEFER_E2E_FLAGS='-run ^($(E2E_OLDEST_TESTS))$$' test/e2e/run.sh
 
 ## e2e-soak: the e2e tier N times on one cluster (default 5), then a table of
 ## scenario x run (seconds, or FAIL); red if any run failed. No retries.
