@@ -48,7 +48,7 @@ func verifyCosign(ref name.Tag, pubPEM []byte) error {
 	if err != nil {
 		return err
 	}
-	var last error = fmt.Errorf("%s has no simple-signing layer", sigTag)
+	last := fmt.Errorf("%s has no simple-signing layer", sigTag)
 	for _, l := range m.Layers {
 		if l.MediaType != "application/vnd.dev.cosign.simplesigning.v1+json" {
 			continue
