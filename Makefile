@@ -47,7 +47,7 @@ export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools tools-oldest envtest-assets bench-stage bench-scale bench-controller e2e e2e-oldest e2e-soak demo demo-down fmt
+.PHONY: all help build kubectl-kdefer krew release test unit fuzz verify lint generate tools tools-oldest envtest-assets bench-stage bench-scale bench-controller e2e e2e-oldest e2e-soak demo demo-down fmt
 
 all: build
 
@@ -242,6 +242,19 @@ krew:
 	$(if $(VERSION),,$(error VERSION=vX.Y.Z: the release the archives are for))
 	$(GO) run ./hack/krew --version $(VERSION) --out $(BIN)/krew
 
+## release: a release of VERSION (vX.Y.Z[-PRE]) to REGISTRY (host[:port]/path),
+## what .github/workflows/release.yml runs on a tag (hack/release): kdefer's
+## images for PLATFORMS pushed, each with an SBOM and a cosign signature
+## (KEY=cosign.key, default bin/release/cosign.key, made when missing;
+## KEYLESS=1 leaves signing to cosign), the chart pushed to
+## oci://REGISTRY/charts/kdefer, and in bin/release manifests.yaml, the krew
+## archives and manifest, the CHANGELOG section and release.txt (every
+## artifact with its digest).
+release:
+	$(if $(and $(REGISTRY),$(VERSION)),,$(error make release REGISTRY=host[:port]/path VERSION=vX.Y.Z))
+	$(GO) run ./hack/release --registry $(REGISTRY) --version $(VERSION) --platforms $(PLATFORMS) \
+		$(if $(KEY),--key $(KEY)) $(if $(filter 1,$(KEYLESS)),--keyless)
+
 ## cluster-up / cluster-down: a real Kubernetes cluster on this machine (NODES=3: three nodes).
 cluster-up: tools
 	test/cluster/cluster.sh up $(if $(NODES),--nodes $(NODES))
@@ -266,14 +279,16 @@ e2e: tools
 ## side by side. First ./test/envtest on that release's apiserver and etcd
 ## (bin/envtest-oldest): kdefer's manifests applied as they ship, both
 ## admission policies, the webhooks, Pod Security, least-privilege RBAC
-## (~35 CPU-s). make test runs it after the e2e tier.
+## (~35 CPU-s). kdefer is installed as the README's second way, `kubectl apply
+## --server-side -f manifests.yaml` of a release to the test registry (the e2e
+## tier installs the released chart with helm). make test runs it after the e2e tier.
 E2E_OLDEST_TESTS := TestSucceeded|TestJobDeletedForeground|TestDrain|TestCronJob|TestNamespaceDefaultPolicy
 e2e-oldest: tools tools-oldest
 	mkdir -p $(BIN)/envtest-oldest
 	k=$$(KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) path kube) e=$$(KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) path etcd) && \
 		ln -sf $$k/kube-apiserver $$k/kubectl $$e/etcd $(BIN)/envtest-oldest/
 	KUBEBUILDER_ASSETS=$(BIN)/envtest-oldest KDEFER_REQUIRE_TOOLS=1 $(GO) test -count=1 ./test/envtest
-	KUBE_VERSION=$(KUBE_OLDEST) KDEFER_E2E_PHASES=single KDEFER_E2E_FLAGS='-run ^($(E2E_OLDEST_TESTS))$$' test/e2e/run.sh
+	KUBE_VERSION=$(KUBE_OLDEST) KDEFER_E2E_INSTALL=manifests KDEFER_E2E_PHASES=single KDEFER_E2E_FLAGS='-run ^($(E2E_OLDEST_TESTS))$$' test/e2e/run.sh
 
 ## e2e-soak: the e2e tier N times on one cluster (default 5), then a table of
 ## scenario x run (seconds, or FAIL); red if any run failed. No retries.

@@ -107,8 +107,9 @@ const (
 	DeferRunFinalizer = "kdefer.io/release"
 )
 
-// Images. A cluster without a registry imports them from `make images`
-// tarballs; `make images REGISTRY=host/repo` publishes them.
+// Images. A release publishes them under internal/version.Registry; the
+// local cluster, which has no registry, imports `make images` tarballs named
+// under ImageRepository.
 const (
 	ImageRepository     = "kdefer.io"
 	StageImageName      = "kdefer-stage"
@@ -116,7 +117,8 @@ const (
 )
 
 // DefaultStageImage is the image of kdefer-stage used by stage-in init
-// containers and defer pods unless the manager is told otherwise.
+// containers and defer pods unless the manager is told otherwise: the one
+// published with this build (internal/version's Registry and Version).
 func DefaultStageImage() string {
-	return ImageRepository + "/" + StageImageName + ":" + version.Version
+	return version.Registry + "/" + StageImageName + ":" + version.Version
 }

@@ -25,15 +25,16 @@ func main() {
 	version := flag.String("version", "", "release version (vX.Y.Z): stamped into the binaries, names the archives")
 	urlBase := flag.String("url", "", "where the archives are downloaded from (default https://github.com/kdefer/kdefer/releases/download/VERSION)")
 	out := flag.String("out", "bin/krew", "directory for the archives and kdefer.yaml")
+	registry := flag.String("registry", "", "where the release's images are (stamped: the CLI's default stage image); default internal/version's")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64", "OS/ARCH list")
 	flag.Parse()
-	if err := run(*version, *urlBase, *out, *platforms); err != nil {
+	if err := run(*version, *registry, *urlBase, *out, *platforms); err != nil {
 		fmt.Fprintln(os.Stderr, "krew:", err)
 		os.Exit(1)
 	}
 }
 
-func run(version, urlBase, out, platforms string) error {
+func run(version, registry, urlBase, out, platforms string) error {
 	if !strings.HasPrefix(version, "v") {
 		return fmt.Errorf("--version %q: want a release version vX.Y.Z (krew needs one)", version)
 	}
@@ -62,7 +63,7 @@ func run(version, urlBase, out, platforms string) error {
 		if !ok {
 			return fmt.Errorf("--platforms: %q is not OS/ARCH", p)
 		}
-		bin, err := build(tmp, version, goos, goarch)
+		bin, err := build(tmp, version, registry, goos, goarch)
 		if err != nil {
 			return err
 		}
@@ -87,10 +88,13 @@ func run(version, urlBase, out, platforms string) error {
 
 // build cross-compiles the kdefer CLI for goos/goarch as the images'
 // binaries are built: static, stripped, -trimpath, the version stamped.
-func build(tmp, version, goos, goarch string) ([]byte, error) {
+func build(tmp, version, registry, goos, goarch string) ([]byte, error) {
 	out := filepath.Join(tmp, binName+"-"+goos+"-"+goarch)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags",
-		"-s -w -X github.com/kdefer/kdefer/internal/version.Version="+version, "-o", out, "./cmd/kdefer")
+	ld := "-s -w -X github.com/kdefer/kdefer/internal/version.Version=" + version
+	if registry != "" {
+		ld += " -X github.com/kdefer/kdefer/internal/version.Registry=" + registry
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-gcflags=all=-dwarf=false", "-ldflags", ld, "-o", out, "./cmd/kdefer")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

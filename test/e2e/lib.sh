@@ -116,6 +116,21 @@ deploy_kdefer() {
 	}
 }
 
+# deploy_kdefer_manifests STATE_DIR: kdefer as the README installs it
+# without Helm, `kubectl apply --server-side -f manifests.yaml`: the file
+# release_kdefer wrote (of deploy/overlays/local, the local cluster's
+# variant), its images pulled from the test registry.
+deploy_kdefer_manifests() {
+	log "deploying kdefer (kubectl apply --server-side -f $1/release/manifests.yaml)"
+	kubectl apply --server-side -f "$1/release/manifests.yaml" >/dev/null
+	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {
+		kubectl -n kdefer-system get pods -o wide >&2
+		kubectl -n kdefer-system describe pods >&2 || true
+		kubectl -n kdefer-system logs deploy/kdefer-controller --tail=40 >&2 || true
+		return 1
+	}
+}
+
 # build_images [NAMES]: the images (default all; e.g. pause,busybox) built
 # from this tree into bin/images (KDEFER_BUILD_IMAGES=0 keeps what it holds),
 # before cluster.sh up, which imports them into every node.
@@ -154,46 +169,54 @@ start_registry() {
 # stop_registry STATE_DIR: stops the registry that start_registry started there.
 stop_registry() { stop_daemon "$1" registry 10; }
 
-# push_images STATE_DIR [ARGS...]: kdefer's images built from this tree (make
-# images: the one builder) for this machine's platform, pushed to the test
-# registry; STATE_DIR/pushed/NAME.pushed holds each REF@DIGEST. ARGS go to
-# the builder (e.g. --manager kueue:TAG=BIN: Kueue's image too).
-push_images() {
+# release_kdefer STATE_DIR [KUSTOMIZATION]: a release of this tree to the
+# test registry, as `make release` makes one (hack/release), for this
+# machine's platform and without the krew files: kdefer's images with their
+# SBOMs and signatures (a key of the run's own) under $E2E_REGISTRY/kdefer,
+# the chart at oci://$E2E_REGISTRY/kdefer/charts/kdefer and
+# STATE_DIR/release/manifests.yaml (of KUSTOMIZATION, default deploy), its
+# version the image builder's (git describe). Sets KDEFER_E2E_VERSION.
+release_kdefer() {
+	local dir=$1 k=${2:-deploy}
+	log "releasing this tree to $E2E_REGISTRY/kdefer (hack/release)"
+	go run ./hack/release --registry "$E2E_REGISTRY/kdefer" --platforms "linux/$(go env GOARCH)" \
+		--krew=false --kustomization "$k" --out "$dir/release" >&2
+	KDEFER_E2E_VERSION=$(sed 's/.*:\(v[^@]*\)@.*/\1/' "$dir/release/images/kdefer-controller.pushed")
+	export KDEFER_E2E_VERSION
+}
+
+# push_managers STATE_DIR ARGS...: other projects' managers (--manager
+# NAME:TAG=BIN, test/images) pushed to the test registry;
+# STATE_DIR/pushed/NAME.pushed holds each REF@DIGEST.
+push_managers() {
 	local dir=$1
 	shift
-	log "building kdefer's images and pushing them to $E2E_REGISTRY"
 	rm -rf "$dir/pushed"
-	go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$dir/pushed" "$@" >&2
+	(($#)) || return 0
+	local only
+	only=$(printf '%s\n' "$@" | sed -n 's/^\([a-z]*\):.*/\1/p' | paste -sd,)
+	go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$dir/pushed" --only "$only" "$@" >&2
 }
 
-# helm_image_values NAME.pushed KEY: --set arguments for the chart's image
-# KEY (image, deferPods.image): repository, and the tag with the digest
-# (REPO:TAG@DIGEST pins exactly what was pushed, also for a dirty tree whose
-# tag does not change between builds).
-helm_image_values() {
-	local ref name
-	ref=$(cat "$1")
-	name=${ref%@*}
-	printf -- '--set %s.repository=%s --set %s.tag=%s@%s' "$2" "${name%:*}" "$2" "${name##*:}" "${ref#*@}"
-}
-
-# deploy_kdefer_helm STATE_DIR [-f VALUES.yaml]...: kdefer by helm install
-# (test/helminstall, Helm's Go packages, built into STATE_DIR/bin by run.sh)
-# of deploy/helm/kdefer with deploy/helm/local-values.yaml (the same objects
-# as deploy/overlays/local: test/helmchart), then any more values files, and
-# the images push_images pushed, pulled by the cluster from the test registry.
+# deploy_kdefer_helm STATE_DIR [-f VALUES.yaml]...: kdefer as the README
+# installs it, `helm install kdefer oci://…/charts/kdefer --version X`, the
+# chart release_kdefer pushed (test/helminstall: Helm's Go packages), with
+# deploy/helm/local-values.yaml (the same objects as deploy/overlays/local:
+# test/helmchart) and any more values files, and no image values: the
+# released chart names the images it was released with, which the cluster
+# pulls from the test registry.
 deploy_kdefer_helm() {
-	local dir=$1 sets
+	local dir=$1 chart=oci://$E2E_REGISTRY/kdefer/charts/kdefer
 	shift
-	sets="$(helm_image_values "$dir/pushed/kdefer-controller.pushed" image) $(helm_image_values "$dir/pushed/kdefer-stage.pushed" deferPods.image)"
-	log "deploying kdefer (helm install deploy/helm/kdefer, images from $E2E_REGISTRY)"
+	log "deploying kdefer (helm install $chart --version ${KDEFER_E2E_VERSION#v})"
 	# KDEFER_E2E_HELM_ARGS: more helminstall arguments (--set K=V), e.g. to
 	# run the scenarios against kdefer without its node agent:
 	#   --set nodeAgent.enabled=false
 	# (local-values.yaml puts the controller's logs endpoint on its node's
 	# address then).
 	# shellcheck disable=SC2086
-	"$dir/bin/helminstall" -n kdefer-system -f deploy/helm/local-values.yaml "$@" $sets ${KDEFER_E2E_HELM_ARGS:-} >&2
+	"$dir/bin/helminstall" -n kdefer-system --chart "$chart" --version "${KDEFER_E2E_VERSION#v}" \
+		-f deploy/helm/local-values.yaml "$@" ${KDEFER_E2E_HELM_ARGS:-} >&2
 	wait_until 120 "kdefer-controller to be ready with its webhook CA" kdefer_ready || {
 		kubectl -n kdefer-system get pods -o wide >&2
 		kubectl -n kdefer-node get pods -o wide >&2

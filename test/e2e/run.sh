@@ -6,16 +6,20 @@
 #      which imports them, whose pods stay on the first node unless their
 #      namespace names another (KDEFER_CLUSTER_DEFAULT_NODE_SELECTOR), stopped
 #      again on exit unless KDEFER_KEEP_CLUSTER=1;
-#   3. starts the test registry (test/registry) on 10.88.0.1:5000, builds
-#      kdefer's images from this tree and pushes them there (make images);
+#   3. starts the test registry (test/registry) on 10.88.0.1:5000 and
+#      releases this tree there as make release does (hack/release: images,
+#      SBOMs, signatures, the OCI chart, manifests.yaml);
 #   4. starts MinIO on the host's bridge address 10.88.0.1:9000 (pods reach it there);
-#   5. deploys kdefer, for each phase, by helm install (then upgrade) of
-#      deploy/helm/kdefer with deploy/helm/local-values.yaml and the phase's
-#      values (test/helminstall), its images pulled from
-#      the registry: the chart, the registry path and the images are what the
-#      scenarios run on (test/helmchart checks that the chart installs the
-#      objects of deploy/overlays/local, which make demo applies;
-#      KDEFER_E2E_INSTALL=kustomize applies that overlay instead);
+#   5. deploys kdefer, for each phase, as the README says: helm install (then
+#      upgrade) of the released chart, oci://10.88.0.1:5000/kdefer/charts/kdefer
+#      --version X, with deploy/helm/local-values.yaml and the phase's values
+#      and no image values (test/helminstall), its images pulled from the
+#      registry (test/helmchart checks that the chart installs the objects of
+#      deploy/overlays/local, which make demo applies);
+#      KDEFER_E2E_INSTALL=manifests: `kubectl apply --server-side -f
+#      manifests.yaml` of the release instead (of deploy/overlays/local: make
+#      e2e-oldest installs so); KDEFER_E2E_INSTALL=kustomize: that overlay
+#      with imported tarballs, no registry;
 #   6. the multi-node phase: kdefer with two replicas and leader election that
 #      may run on any node (test/e2e/multinode-values.yaml), then the
 #      TestMultiNode* scenarios (the test binary of ./test/e2e, -tags e2e: one
@@ -240,8 +244,10 @@ export KDEFER_MINIO
 export KDEFER_E2E_S3=$E2E_MINIO_ADDR
 rm -f "$STATE"/run-*.log
 # KDEFER_E2E_INSTALL=kustomize: kdefer's images imported as tarballs and
-# deploy/overlays/local applied, as make demo does (no registry, no helm).
+# deploy/overlays/local applied, as make demo does (no registry, no helm);
+# manifests: the release's manifests.yaml applied server-side.
 install=${KDEFER_E2E_INSTALL:-helm}
+case $install in helm | manifests | kustomize) ;; *) die "KDEFER_E2E_INSTALL=$install: helm, manifests or kustomize" ;; esac
 PHASES=$(phases)
 log "e2e phases: $PHASES"
 # One cluster of three nodes for both phases. In the single-node phase the
@@ -265,8 +271,9 @@ export KUBECONFIG
 if [[ $install != kustomize ]]; then
 	t0=$SECONDS
 	start_registry "$STATE"
-	push_images "$STATE" $(manager_push_args "$PHASES")
-	log "registry started and kdefer's images pushed in $((SECONDS - t0))s"
+	release_kdefer "$STATE" "$([[ $install == manifests ]] && echo deploy/overlays/local || echo deploy)"
+	push_managers "$STATE" $(manager_push_args "$PHASES")
+	log "registry started and kdefer $KDEFER_E2E_VERSION released to it in $((SECONDS - t0))s"
 fi
 manager_env
 # The programs scenarios run on the host or put into an image, built here,
@@ -321,6 +328,8 @@ for phase in $PHASES; do
 	fi
 	if [[ $install == kustomize ]]; then
 		deploy_kdefer
+	elif [[ $install == manifests ]]; then
+		deploy_kdefer_manifests "$STATE"
 	elif [[ $phase == multi ]]; then
 		# Two replicas, leader election, a budget: what the chart installs by default.
 		deploy_kdefer_helm "$STATE" -f test/e2e/multinode-values.yaml

@@ -44,7 +44,12 @@ namespace: {create: true}
 namespace: {create: true}
 certificates: {mode: cert-manager}
 `},
-	{"local", "deploy/overlays/local", mustRead(LocalValues)},
+	// The overlay runs the images make images imports as tarballs; the e2e
+	// tier installs the chart a release stamped for its registry instead.
+	{"local", "deploy/overlays/local", mustRead(LocalValues) + `
+image: {repository: kdefer.io/kdefer-controller}
+deferPods: {image: {repository: kdefer.io/kdefer-stage}}
+`},
 	{"network-policy", "test/helmchart/testdata/network-policy", `
 namespace: {create: true}
 networkPolicy: {enabled: true, webhookFrom: [{ipBlock: {cidr: 10.0.0.10/32}}]}

@@ -21,6 +21,7 @@ import (
 
 	"helm.sh/helm/v4/pkg/chart/common"
 	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
 	"sigs.k8s.io/yaml"
@@ -40,6 +41,12 @@ func Render(vals, ns string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the chart: %w", err)
 	}
+	return RenderChart(ch, vals, ns)
+}
+
+// RenderChart is Render of the chart ch (e.g. a packaged release's, pulled
+// from a registry), its values checked against its schema as helm does.
+func RenderChart(ch *chart.Chart, vals, ns string) ([]byte, error) {
 	m := map[string]any{}
 	if err := yaml.Unmarshal([]byte(vals), &m); err != nil {
 		return nil, fmt.Errorf("values %q: %w", vals, err)

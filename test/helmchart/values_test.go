@@ -108,7 +108,7 @@ func TestChartValues(t *testing.T) {
 		args = append(args, a.(string))
 	}
 	for _, want := range []string{
-		"--stage-image=registry.example/kdefer-stage:v0.1.0", // the chart's appVersion
+		"--stage-image=registry.example/kdefer-stage:v0.2.0", // the chart's appVersion
 		"--webhook-cert-mode=external",
 		"--webhook-cert-namespace=batch-infra",
 		"--defer-priority-class=batch-critical",
@@ -199,10 +199,10 @@ func TestChartLabels(t *testing.T) {
 				for k, want := range map[string]string{
 					"app.kubernetes.io/name":       "kdefer",
 					"app.kubernetes.io/instance":   "kdefer",
-					"app.kubernetes.io/version":    "v0.1.0",
+					"app.kubernetes.io/version":    "v0.2.0",
 					"app.kubernetes.io/part-of":    "kdefer",
 					"app.kubernetes.io/managed-by": "Helm",
-					"helm.sh/chart":                "kdefer-0.1.0",
+					"helm.sh/chart":                "kdefer-0.2.0",
 				} {
 					if l[k] != want {
 						t.Errorf("%s: label %s %q, want %q", key(u), k, l[k], want)

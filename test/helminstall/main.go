@@ -3,7 +3,13 @@
 // the module kdefer's go.mod already has for test/helmchart), for the e2e
 // harness (test/e2e/lib.sh deploy_kdefer_helm):
 //
-//	go run ./test/helminstall [-n kdefer-system] [--reuse-values] [-f VALUES.yaml]... [--set K=V]...
+//	go run ./test/helminstall [-n kdefer-system] [--chart DIR|oci://REPO --version V] [--reuse-values] [-f VALUES.yaml]... [--set K=V]...
+//
+// --chart oci://HOST/PATH/kdefer --version V installs a released chart
+// pulled from a registry, as `helm install kdefer oci://… --version V`
+// does (plain HTTP to a loopback or private address: the test registry).
+// An upgrade with --reuse-values and no --chart keeps the release's own
+// chart, as the release's values are kept.
 //
 // Why not the helm binary: building it compiles Helm's CLI, plugin runtime
 // and every getter on top of these packages; the install itself is
@@ -13,21 +19,27 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"helm.sh/helm/v4/pkg/action"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/cli/values"
 	"helm.sh/helm/v4/pkg/getter"
 	"helm.sh/helm/v4/pkg/kube"
+	"helm.sh/helm/v4/pkg/registry"
+	"helm.sh/helm/v4/pkg/release"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
@@ -43,7 +55,8 @@ func main() {
 	var opts values.Options
 	ns := flag.String("n", "kdefer-system", "namespace of the release (created when missing)")
 	name := flag.String("name", "kdefer", "release name")
-	chartDir := flag.String("chart", "deploy/helm/kdefer", "chart directory, relative to the repository")
+	chartDir := flag.String("chart", "deploy/helm/kdefer", "chart directory, relative to the repository, or oci://REPO (with --version)")
+	version := flag.String("version", "", "with --chart oci://…: the chart's version")
 	timeout := flag.Duration("timeout", 2*time.Minute, "bound on the install")
 	flag.Var((*list)(&opts.ValueFiles), "f", "values file (repeatable)")
 	flag.Var((*list)(&opts.Values), "set", "KEY=VALUE (repeatable, as helm --set)")
@@ -53,23 +66,64 @@ func main() {
 	// local values, KDEFER_E2E_HELM_ARGS.
 	reuse := flag.Bool("reuse-values", false, "upgrade: keep the release's values, -f and --set over them (as helm upgrade --reuse-values)")
 	flag.Parse()
-	if err := run(*name, *ns, *chartDir, opts, *timeout, *reuse); err != nil {
+	chartSet := false
+	flag.Visit(func(f *flag.Flag) { chartSet = chartSet || f.Name == "chart" })
+	if *reuse && !chartSet {
+		*chartDir = "" // the release's own
+	}
+	if err := run(*name, *ns, *chartDir, *version, opts, *timeout, *reuse); err != nil {
 		fmt.Fprintf(os.Stderr, "helminstall: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, ns, chartDir string, opts values.Options, timeout time.Duration, reuse bool) error {
+// loadChart is the chart at dir (relative to the repository) or, for
+// oci://REF, version's pulled from the registry.
+func loadChart(dir, version string) (*chart.Chart, error) {
+	if ref, ok := strings.CutPrefix(dir, "oci://"); ok {
+		if version == "" {
+			return nil, fmt.Errorf("--chart %s: --version is required", dir)
+		}
+		host, _, _ := strings.Cut(ref, "/")
+		r, err := name.NewRegistry(host)
+		if err != nil {
+			return nil, fmt.Errorf("--chart %s: %w", dir, err)
+		}
+		var opts []registry.ClientOption
+		if r.Scheme() == "http" {
+			opts = append(opts, registry.ClientOptPlainHTTP())
+		}
+		c, err := registry.NewClient(append(opts, registry.ClientOptWriter(io.Discard))...)
+		if err != nil {
+			return nil, err
+		}
+		res, err := c.Pull(ref+":"+version, registry.PullOptWithChart(true))
+		if err != nil {
+			return nil, fmt.Errorf("pull %s --version %s: %w", dir, version, err)
+		}
+		return loader.LoadArchive(bytes.NewReader(res.Chart.Data))
+	}
 	root, err := repo.Root()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !filepath.IsAbs(chartDir) {
-		chartDir = filepath.Join(root, chartDir)
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(root, dir)
 	}
-	ch, err := loader.LoadDir(chartDir)
+	ch, err := loader.LoadDir(dir)
 	if err != nil {
-		return fmt.Errorf("load chart %s: %w", chartDir, err)
+		return nil, fmt.Errorf("load chart %s: %w", dir, err)
+	}
+	return ch, nil
+}
+
+func run(name, ns, chartDir, version string, opts values.Options, timeout time.Duration, reuse bool) error {
+	var ch *chart.Chart
+	if chartDir != "" {
+		var err error
+		if ch, err = loadChart(chartDir, version); err != nil {
+			return err
+		}
 	}
 	vals, err := opts.MergeValues(getter.Providers{})
 	if err != nil {
@@ -87,7 +141,25 @@ func run(name, ns, chartDir string, opts values.Options, timeout time.Duration, 
 	// upgrade --install: install unless the release exists.
 	h := action.NewHistory(cfg)
 	h.Max = 1
-	_, err = h.Run(name)
+	rels, err := h.Run(name)
+	if err == nil && ch == nil && len(rels) > 0 {
+		// --reuse-values without --chart: the chart the release runs.
+		acc, aerr := release.NewAccessor(rels[len(rels)-1])
+		if aerr != nil {
+			return aerr
+		}
+		c, ok := acc.Chart().(*chart.Chart)
+		if !ok {
+			return fmt.Errorf("release %s: a chart of an unknown API version", name)
+		}
+		ch = c
+	}
+	if ch == nil { // no release to take the chart of: the repository's
+		var lerr error
+		if ch, lerr = loadChart("deploy/helm/kdefer", ""); lerr != nil {
+			return lerr
+		}
+	}
 	switch {
 	case errors.Is(err, driver.ErrReleaseNotFound):
 		in := action.NewInstall(cfg)

@@ -124,7 +124,8 @@ func goImage(root, tmp string, cmd goCmd, platforms []v1.Platform, m meta) (b bu
 	b = built{name: cmd.name, tag: m.version, annotations: m.annotations()}
 	for _, p := range platforms {
 		bin := filepath.Join(tmp, cmd.name+"-"+p.Architecture)
-		ld := "-X github.com/kdefer/kdefer/internal/version.Version=" + m.version
+		ld := "-X github.com/kdefer/kdefer/internal/version.Version=" + m.version +
+			" -X github.com/kdefer/kdefer/internal/version.Registry=" + m.registry
 		if err := goBuild(root, cmd.pkg, bin, ld, p); err != nil {
 			return built{}, true, err
 		}

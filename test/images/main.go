@@ -18,7 +18,9 @@
 //
 // kdefer.io and the names come from api/v1alpha1 (ImageRepository,
 // StageImageName, ControllerImageName). A tarball's TAG is version.Version,
-// the name the local overlay and v1alpha1.DefaultStageImage() use. A pushed
+// the name the local overlay uses; the binaries' internal/version.Registry
+// is kdefer.io then, the --push target otherwise, so that the controller's
+// default stage image (v1alpha1.DefaultStageImage()) is its sibling. A pushed
 // image's TAG is the build's version (git describe of the nearest vX.Y.Z
 // tag, or version.Version and the commit before the first tag; the module's
 // version under `go run ...@version`), stamped into its binaries as
@@ -98,12 +100,14 @@ func main() {
 	}
 	var m meta
 	if *push == "" {
-		m = meta{version: version.Version, created: epoch}
+		m = meta{version: version.Version, registry: LocalRepo, created: epoch}
 		if *tag != "" {
 			m.version = *tag
 		}
 	} else if m, err = buildMeta(root, *tag); err != nil {
 		fatalf("%v", err)
+	} else {
+		m.registry = strings.TrimSuffix(*push, "/")
 	}
 	if m.version == "latest" {
 		fatalf("--tag must be a fixed, non-latest tag")

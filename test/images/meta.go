@@ -21,6 +21,10 @@ const Source = "https://github.com/kdefer/kdefer"
 type meta struct {
 	// version is the images' tag and the binaries' internal/version.Version.
 	version string
+	// registry is where the images go (the --push target, or LocalRepo for
+	// tarballs): the binaries' internal/version.Registry, so that the
+	// controller's default stage image is the one built beside it.
+	registry string
 	// revision is the commit ("" when unknown), with "-dirty" for a work
 	// tree with uncommitted changes.
 	revision string

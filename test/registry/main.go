@@ -65,7 +65,8 @@ func run(addr, blobs string, quiet bool) error {
 
 // handler is the registry: blobs in memory, or in the directory blobs.
 func handler(blobs string, quiet bool) (http.Handler, error) {
-	opts := []registry.Option{}
+	// The referrers API (OCI 1.1): a release's SBOMs refer to its images.
+	opts := []registry.Option{registry.WithReferrersSupport(true)}
 	if quiet {
 		opts = append(opts, registry.Logger(log.New(io.Discard, "", 0)))
 	}
