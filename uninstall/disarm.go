@@ -264,7 +264,7 @@ func (d *disarmer) releasePod(ctx context.Context, pod *corev1.Pod, note string)
 	d.o.Log.Info("disarmed pod", "pod", pod.Namespace+"/"+pod.Name)
 	ev := &eventsv1.Event{
 		// Named as client-go's recorders name theirs.
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano())},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano())},
 		EventTime:           metav1.NewMicroTime(time.Now()),
 		ReportingController: "kdefer.io/" + d.o.Reporter,
 		ReportingInstance:   d.o.Reporter,
