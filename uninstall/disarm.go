@@ -215,7 +215,7 @@ func (d *disarmer) eachClaim(ctx context.Context, run *v1.DeferRun, f func(*core
 		if err != nil {
 			return fmt.Errorf("reading work PVC %s/%s: %w", run.Namespace, v.ClaimName, err)
 		}
-		if pvc.DeletionTimestamp != nil || !(controller.HasOwner(pvc.OwnerReferences, run) || owns(pvc.OwnerReferences, run.Spec.PodUID)) {
+		if pvc.DeletionTimestamp != nil || (!controller.HasOwner(pvc.OwnerReferences, run) && !owns(pvc.OwnerReferences, run.Spec.PodUID)) {
 			continue
 		}
 		if err := f(pvc); err != nil {
