@@ -9,10 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -56,13 +58,43 @@ func (d *disarmer) run(ctx context.Context) error {
 			return err
 		}
 	}
+	return d.deleteLeftovers(ctx)
+}
+
+// deleteLeftovers deletes what the controller makes for runs and would
+// delete itself: the pre-pull pods (kdefer.io/managed=prepull) and each
+// namespace's PodDisruptionBudget of defer pods. The runs they belong to
+// may outlive kdefer (helm keeps the CRDs), and these with them.
+func (d *disarmer) deleteLeftovers(ctx context.Context) error {
+	var pods corev1.PodList
+	if err := d.c.List(ctx, &pods, client.MatchingLabels{v1.LabelManaged: controller.LabelManagedPrePull}); err != nil {
+		return fmt.Errorf("listing pre-pull pods: %w", err)
+	}
+	for i := range pods.Items {
+		if err := d.c.Delete(ctx, &pods.Items[i]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting pre-pull pod %s/%s: %w", pods.Items[i].Namespace, pods.Items[i].Name, err)
+		}
+	}
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := d.c.List(ctx, &pdbs); err != nil {
+		return fmt.Errorf("listing PodDisruptionBudgets: %w", err)
+	}
+	for i := range pdbs.Items {
+		p := &pdbs.Items[i]
+		if p.Name != controller.DeferPDBName || !slices.ContainsFunc(p.OwnerReferences, func(r metav1.OwnerReference) bool { return r.Kind == "DeferRun" }) {
+			continue
+		}
+		if err := d.c.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting PodDisruptionBudget %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
 	return nil
 }
 
 // disarmRun decides what becomes of one run's volumes, then removes the
 // finalizers of its pod and itself.
 func (d *disarmer) disarmRun(ctx context.Context, run *v1.DeferRun) error {
-	pod, err := d.podOf(ctx, run)
+	pod, err := podOf(ctx, d.c, run)
 	if err != nil {
 		return err
 	}
@@ -103,9 +135,8 @@ func (d *disarmer) disarmRun(ctx context.Context, run *v1.DeferRun) error {
 		}
 	}
 	if controllerutil.ContainsFinalizer(run, v1.DeferRunFinalizer) {
-		orig := run.DeepCopy()
-		controllerutil.RemoveFinalizer(run, v1.DeferRunFinalizer)
-		if err := d.c.Patch(ctx, run, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
+		err := patchRetrying(ctx, d.c, run, func(run *v1.DeferRun) { controllerutil.RemoveFinalizer(run, v1.DeferRunFinalizer) })
+		if client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("removing the finalizer of DeferRun %s/%s: %w", run.Namespace, run.Name, err)
 		}
 	}
@@ -129,7 +160,7 @@ func (d *disarmer) keep(ctx context.Context, run *v1.DeferRun) ([]string, error)
 		}
 	}
 	why := fmt.Sprintf("kdefer was uninstalled while DeferRun %s (pod %s) was %s: the files it had not staged out are on this volume. `kubectl kdefer release -n %s deferrun/%s` deletes it",
-		run.Name, run.Spec.PodName, strings.ToLower(v1.StateOf(&run.Status)), run.Namespace, run.Name)
+		run.Name, run.Spec.PodName, strings.ToLower(state(run)), run.Namespace, run.Name)
 	if v1.Finished(run) {
 		why = fmt.Sprintf("kdefer was uninstalled while DeferRun %s (pod %s, %s) retained this volume by its policy. `kubectl kdefer release -n %s deferrun/%s` deletes it",
 			run.Name, run.Spec.PodName, v1.StateOf(&run.Status), run.Namespace, run.Name)
@@ -147,18 +178,28 @@ func (d *disarmer) keep(ctx context.Context, run *v1.DeferRun) ([]string, error)
 		}
 		kept = append(kept, pvc.Name)
 		d.res.Kept = append(d.res.Kept, pvc.Namespace+"/"+pvc.Name)
-		d.o.Log.Info("keeping work volume", "pvc", pvc.Namespace+"/"+pvc.Name, "deferrun", run.Name, "state", v1.StateOf(&run.Status))
+		d.o.Log.Info("keeping work volume", "pvc", pvc.Namespace+"/"+pvc.Name, "deferrun", run.Name, "state", state(run))
 		return nil
 	})
 	return kept, err
 }
 
+// state is the run's state in a word; "Unfinished" before the controller
+// recorded any (it writes a run's first status some seconds after the pod
+// ended).
+func state(run *v1.DeferRun) string {
+	if s := v1.StateOf(&run.Status); s != "" {
+		return s
+	}
+	return "Unfinished"
+}
+
 func keptNote(run *v1.DeferRun, kept []string) string {
 	if len(kept) == 0 {
-		return fmt.Sprintf("its defer run had not finished (%s) and its work volume is gone", v1.StateOf(&run.Status))
+		return fmt.Sprintf("its defer run had not finished (%s) and its work volume is gone", state(run))
 	}
 	return fmt.Sprintf("its defer run was %s: work volume %s is kept (label %s); `kubectl kdefer release -n %s deferrun/%s` deletes it",
-		v1.StateOf(&run.Status), strings.Join(kept, ", "), v1.LabelKept, run.Namespace, run.Name)
+		state(run), strings.Join(kept, ", "), v1.LabelKept, run.Namespace, run.Name)
 }
 
 // stopDeferPod deletes the run's defer pod, if any.
@@ -183,9 +224,9 @@ func (d *disarmer) stopDeferPod(ctx context.Context, run *v1.DeferRun) error {
 
 // podOf returns the run's pod, nil when it is gone (or another pod has its
 // name now).
-func (d *disarmer) podOf(ctx context.Context, run *v1.DeferRun) (*corev1.Pod, error) {
+func podOf(ctx context.Context, c client.Client, run *v1.DeferRun) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := d.c.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PodName}, pod)
+	err := c.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.PodName}, pod)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -226,12 +267,28 @@ func (d *disarmer) eachClaim(ctx context.Context, run *v1.DeferRun, f func(*core
 }
 
 func (d *disarmer) patchClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, mutate func(*corev1.PersistentVolumeClaim)) error {
-	orig := pvc.DeepCopy()
-	mutate(pvc)
-	if err := d.c.Patch(ctx, pvc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+	if err := patchRetrying(ctx, d.c, pvc, mutate); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("updating work PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
 	}
 	return nil
+}
+
+// patchRetrying patches obj with mutate under optimistic locking (a list
+// such as finalizers or ownerReferences is replaced whole by a merge
+// patch), reading it again when someone else wrote it first: the kubelet
+// and the garbage collector still do, with the controller stopped.
+func patchRetrying[T client.Object](ctx context.Context, c client.Client, obj T, mutate func(T)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		orig := obj.DeepCopyObject().(T)
+		mutate(obj)
+		err := c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) {
+			if gerr := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); gerr != nil {
+				return gerr
+			}
+		}
+		return err
+	})
 }
 
 // deleteClaim deletes a work PVC. The admission policy that guards work
@@ -252,9 +309,7 @@ func (d *disarmer) releasePod(ctx context.Context, pod *corev1.Pod, note string)
 	if !controllerutil.ContainsFinalizer(pod, v1.PodFinalizer) {
 		return nil
 	}
-	orig := pod.DeepCopy()
-	controllerutil.RemoveFinalizer(pod, v1.PodFinalizer)
-	if err := d.c.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := patchRetrying(ctx, d.c, pod, func(pod *corev1.Pod) { controllerutil.RemoveFinalizer(pod, v1.PodFinalizer) }); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

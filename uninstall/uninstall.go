@@ -37,7 +37,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/controller"
 )
 
 // +kubebuilder:rbac:groups=apps,namespace=kdefer-system,resources=deployments,verbs=get;patch
@@ -45,6 +44,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;patch;delete
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get;list;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;delete
 
 // DefaultWait is how long Run waits for runs in flight unless told: well
 // within `helm uninstall`'s default --timeout (5 minutes), which bounds the
@@ -129,18 +129,26 @@ func controllerDeployment(ctx context.Context, c client.Client, o Options) (*app
 }
 
 // inFlight reports whether the running controller still has work on run:
-// its pod ended and the stage-out has not finished, or it finished and its
-// volume is due for release.
-func inFlight(run *v1.DeferRun, now time.Time) bool {
-	if !v1.Finished(run) {
-		return meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunTriggered) ||
-			meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunStagingOut)
+// its pod has ended (or is gone) and the run has not finished, or it
+// finished and its volume is due for release. The pod is read, not only
+// the run's status: the controller records the trigger a few seconds after
+// it starts the defer pod (its bookkeeping delay).
+func inFlight(ctx context.Context, c client.Client, run *v1.DeferRun, now time.Time) (bool, error) {
+	if v1.Finished(run) {
+		if len(run.Spec.Volumes) == 0 || meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
+			return false, nil
+		}
+		return releaseDue(run, now), nil
 	}
-	if len(run.Spec.Volumes) == 0 || meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunVolumeReleased) {
-		return false
+	if meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunTriggered) ||
+		meta.IsStatusConditionTrue(run.Status.Conditions, v1.DeferRunStagingOut) {
+		return true, nil
 	}
-	release, _ := controller.ShouldRelease(run, now)
-	return release
+	pod, err := podOf(ctx, c, run)
+	if err != nil {
+		return false, err
+	}
+	return pod == nil || !running(pod), nil
 }
 
 // waitInFlight polls until no run is in flight or o.Wait has passed, and
@@ -155,7 +163,11 @@ func waitInFlight(ctx context.Context, c client.Client, o Options) (time.Duratio
 		}
 		n := 0
 		for i := range runs.Items {
-			if inFlight(&runs.Items[i], time.Now()) {
+			busy, err := inFlight(ctx, c, &runs.Items[i], time.Now())
+			if err != nil {
+				return time.Since(start), 0, err
+			}
+			if busy {
 				n++
 			}
 		}

@@ -112,8 +112,20 @@ func TestRun(t *testing.T) {
 	failed := pod("failed", w.ns)
 	failed.Status.Phase = corev1.PodFailed
 	failedRun, failedPVC := w.armed(failed, cond(v1.DeferRunArmed), cond(v1.DeferRunFailed))
+	// Ended a moment ago: the controller has not recorded the trigger yet
+	// (it does so a few seconds after it starts the defer pod).
+	lagging := pod("lagging", w.ns)
+	lagging.Status.Phase = corev1.PodSucceeded
+	laggingRun, laggingPVC := w.armed(lagging)
 	bare := pod("bare", w.ns)
 	must(t, c.Create(ctx, bare))
+	// What the controller makes for runs and deletes itself.
+	prePull := pod("kdefer-prepull-0123", w.ns)
+	prePull.Labels = map[string]string{v1.LabelManaged: controller.LabelManagedPrePull}
+	prePull.Finalizers, prePull.Spec.Volumes, prePull.Spec.Containers[0].VolumeMounts = nil, nil, nil
+	must(t, c.Create(ctx, prePull))
+	pdb := controller.BuildDeferPDB(stuckRun)
+	must(t, c.Create(ctx, pdb))
 
 	// The "controller" finishes one run while Run waits.
 	go func() {
@@ -136,9 +148,10 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("result: %+v", res)
-	// "stuck" stayed in flight; so did "done" (its volume due for release).
-	if res.Unfinished != 2 || res.Waited < 5*time.Second {
-		t.Errorf("waited %s with %d runs in flight at the end; want the whole 6 s with 2 (stuck, done)", res.Waited, res.Unfinished)
+	// "stuck" and "lagging" stayed in flight; so did "done" (its volume
+	// due for release).
+	if res.Unfinished != 3 || res.Waited < 5*time.Second {
+		t.Errorf("waited %s with %d runs in flight at the end; want the whole 6 s with 3 (stuck, lagging, done)", res.Waited, res.Unfinished)
 	}
 	must(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))
 	if *dep.Spec.Replicas != 0 {
@@ -160,8 +173,13 @@ func TestRun(t *testing.T) {
 			t.Errorf("DeferRun %s still has %s", r.Name, v1.DeferRunFinalizer)
 		}
 	}
-	if len(res.Disarmed) != 6 {
-		t.Errorf("disarmed %v; want the 6 managed pods", res.Disarmed)
+	for _, r := range runs.Items {
+		if r.Status.State == "" && r.Name != laggingRun.Name {
+			t.Errorf("DeferRun %s lost its status: %+v", r.Name, r.Status)
+		}
+	}
+	if len(res.Disarmed) != 7 {
+		t.Errorf("disarmed %v; want the 7 managed pods", res.Disarmed)
 	}
 	var events eventsv1.EventList
 	must(t, c.List(ctx, &events, client.InNamespace(w.ns)))
@@ -171,7 +189,7 @@ func TestRun(t *testing.T) {
 			disarmed[e.Regarding.Name] = e.Note
 		}
 	}
-	for _, p := range []string{"running", "stuck", "finishing", "done", "failed", "bare"} {
+	for _, p := range []string{"running", "stuck", "lagging", "finishing", "done", "failed", "bare"} {
 		if disarmed[p] == "" {
 			t.Errorf("no %s Event on pod %s", v1.EventDisarmed, p)
 		}
@@ -191,7 +209,7 @@ func TestRun(t *testing.T) {
 	for _, k := range []struct {
 		run *v1.DeferRun
 		pvc *corev1.PersistentVolumeClaim
-	}{{stuckRun, stuckPVC}, {failedRun, failedPVC}} {
+	}{{stuckRun, stuckPVC}, {laggingRun, laggingPVC}, {failedRun, failedPVC}} {
 		must(t, c.Get(ctx, client.ObjectKeyFromObject(k.pvc), k.pvc))
 		if len(k.pvc.OwnerReferences) != 0 || k.pvc.Labels[v1.LabelKept] != k.run.Name || k.pvc.Annotations[v1.AnnotationKept] == "" {
 			t.Errorf("PVC %s of %s: owners %v, labels %v; want none and %s=%s", k.pvc.Name, k.run.Name, k.pvc.OwnerReferences, k.pvc.Labels, v1.LabelKept, k.run.Name)
@@ -200,8 +218,14 @@ func TestRun(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(deferPod), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the unfinished run's defer pod: %v; want it deleted", err)
 	}
-	if len(res.Kept) != 2 || len(res.Released) != 1 {
-		t.Errorf("kept %v, released %v; want 2 and 1", res.Kept, res.Released)
+	if len(res.Kept) != 3 || len(res.Released) != 1 {
+		t.Errorf("kept %v, released %v; want 3 and 1", res.Kept, res.Released)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(prePull), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pre-pull pod: %v; want it deleted", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pdb), pdb); !apierrors.IsNotFound(err) {
+		t.Errorf("PodDisruptionBudget %s: %v; want it deleted", pdb.Name, err)
 	}
 
 	// kdefer release frees a kept volume, even with its run gone.

@@ -45,11 +45,19 @@ func TestUninstall(t *testing.T) {
 	helm := helmReleased(ctx, t, env)
 	manifests := localManifests(ctx, t, env)
 	values := filepath.Join(t.TempDir(), "values.yaml")
-	// kdefer back as run.sh installed it, whatever happened.
+	// kdefer back as run.sh installed it, whatever happened: a removal
+	// that failed half-way may have left the controller scaled to zero, or
+	// kdefer installed by kubectl.
 	t.Cleanup(func() {
-		if helm && fileExists(values) {
+		switch {
+		case helm && !helmReleased(ctx, t, env):
+			if kdeferInstalled(ctx, env) {
+				_, _ = kubectl(ctx, "delete", "-f", manifests, "--ignore-not-found", "--timeout=3m")
+			}
 			reinstallHelm(t, env, values)
-		} else if !kdeferInstalled(ctx, env) {
+		case kdeferInstalled(ctx, env):
+			startKdefer(ctx, t)
+		default:
 			applyManifests(t, env, manifests)
 		}
 	})
@@ -377,9 +385,4 @@ func waitKdeferReady(ctx context.Context, t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
