@@ -160,7 +160,7 @@ func (d *disarmer) keep(ctx context.Context, run *v1.DeferRun) ([]string, error)
 		}
 	}
 	why := fmt.Sprintf("kdefer was uninstalled while DeferRun %s (pod %s) was %s: the files it had not staged out are on this volume. `kubectl kdefer release -n %s deferrun/%s` deletes it",
-		run.Name, run.Spec.PodName, strings.ToLower(state(run)), run.Namespace, run.Name)
+		run.Name, run.Spec.PodName, state(run), run.Namespace, run.Name)
 	if v1.Finished(run) {
 		why = fmt.Sprintf("kdefer was uninstalled while DeferRun %s (pod %s, %s) retained this volume by its policy. `kubectl kdefer release -n %s deferrun/%s` deletes it",
 			run.Name, run.Spec.PodName, v1.StateOf(&run.Status), run.Namespace, run.Name)
