@@ -124,6 +124,9 @@ generate:
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:dir=deploy/crd
 	$(GO) tool controller-gen rbac:roleName=kdefer-manager paths=./controller/... output:rbac:dir=deploy/rbac
 	$(GO) tool controller-gen rbac:roleName=kdefer-node paths=./cmd/kdefer-controller/app/... output:rbac:dir=deploy/node-agent
+	@# The chart's pre-delete hook (uninstall.Run): its own narrow role, not
+	@# part of deploy/ (kubectl kdefer uninstall runs with the user's rights).
+	$(GO) tool controller-gen rbac:roleName=kdefer-uninstall paths=./uninstall/... output:rbac:dir=deploy/uninstall
 	@# docs/api.md, the API reference, from the same types and comments as the
 	@# CRDs: crd-ref-docs, pinned by its own module in hack/tools/crd-ref-docs
 	@# (with its config and templates) and cached by `go tool`.
@@ -135,7 +138,7 @@ generate:
 	@# what kustomize builds). Only what the chart parameterizes beyond the
 	@# namespace (the Deployment, Services) is a template of its own.
 	rm -rf $(CHART)/files
-	for d in crd rbac webhook policy critical-pods monitoring node-agent; do mkdir -p $(CHART)/files/$$d; \
+	for d in crd rbac webhook policy critical-pods monitoring node-agent uninstall; do mkdir -p $(CHART)/files/$$d; \
 		cp $$(ls deploy/$$d/*.yaml | grep -v -e kustomization.yaml -e daemonset.yaml) $(CHART)/files/$$d/; done
 	@# The chart's values.schema.json (helm install, upgrade, template and lint
 	@# refuse values of the wrong type or a key the chart does not know) and

@@ -115,6 +115,9 @@ const (
 	// of kdefer's own volumes (a DeferPolicy stored before admission
 	// refused them); the defer pod was created without them.
 	EventReservedMounts = "ReservedMountsLeftOut"
+	// EventDisarmed: kdefer is being uninstalled and removed its finalizer
+	// from the pod; the note says what became of its run and work volume.
+	EventDisarmed = "Disarmed"
 )
 
 // AnnotationRelease ("true") on a DeferRun releases its volume by hand

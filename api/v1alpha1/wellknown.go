@@ -21,7 +21,15 @@ const (
 	LabelPodName = "kdefer.io/pod"
 	// LabelJobName is set on DeferRuns to the name of the Job they serve.
 	LabelJobName = "kdefer.io/job"
+	// LabelKept is set, when kdefer is uninstalled, on a work PVC whose run
+	// had not finished or had retained it: its value is the run's name
+	// (LabelValue). The PVC then has no owner; `kdefer release` deletes it.
+	LabelKept = "kdefer.io/kept"
 )
+
+// AnnotationKept on a kept work PVC (LabelKept) says why it was kept and
+// which DeferRun it served.
+const AnnotationKept = "kdefer.io/kept"
 
 // ManagedDeferPod is the LabelManaged value of defer pods.
 const ManagedDeferPod = "defer"

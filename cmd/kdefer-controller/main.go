@@ -40,6 +40,9 @@ func run(ctx context.Context, args []string) int {
 	if len(args) > 0 && args[0] == "node-agent" {
 		return runNodeAgent(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == "uninstall" {
+		return runUninstall(ctx, args[1:])
+	}
 	fs := flag.NewFlagSet("kdefer-controller", flag.ContinueOnError)
 	var (
 		mo          app.ManagerOptions

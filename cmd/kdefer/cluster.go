@@ -14,7 +14,7 @@ import (
 )
 
 // clusterFlags are the flags of the commands that talk to a cluster
-// (status, wait, skip, release, logs, version): kubectl's own
+// (status, wait, skip, release, logs, version, uninstall): kubectl's own
 // (--kubeconfig --context -n --as --as-group --server --token ...), from
 // cli-runtime, so that `kubectl kdefer` reads the cluster as kubectl does.
 type clusterFlags struct {

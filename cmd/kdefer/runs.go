@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
+	"github.com/kdefer/kdefer/uninstall"
 )
 
 func init() {
@@ -66,8 +67,19 @@ func init() {
 		Use:   "release deferrun/NAME",
 		Short: "Release a run's work volume (a retained one after a failure, or stop an unfinished run)",
 	}, "deferrun", []string{"deferrun"}, func(ctx context.Context, cmd *cobra.Command, t target) error {
-		if err := annotate(ctx, t.c, &v1.DeferRun{}, t.ns, t.name, v1.AnnotationRelease); err != nil {
+		// Volumes kept when kdefer was uninstalled have no controller to
+		// release them (and their run may be gone with its CRD): deleted
+		// here, and the run, if any, is annotated as usual.
+		kept, err := uninstall.ReleaseKept(ctx, t.c, t.ns, t.name)
+		if err != nil {
+			return &exitError{code: 2, msg: err.Error()}
+		}
+		if err := annotate(ctx, t.c, &v1.DeferRun{}, t.ns, t.name, v1.AnnotationRelease); err != nil && len(kept) == 0 {
 			return err
+		}
+		if len(kept) > 0 {
+			fmt.Fprintf(cmd.OutOrStdout(), "deferrun/%s: deleted its kept work volume %s\n", t.name, strings.Join(kept, ", "))
+			return nil
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "deferrun/%s: its work volume will be released\n", t.name)
 		return nil

@@ -208,6 +208,8 @@ push_managers() {
 deploy_kdefer_helm() {
 	local dir=$1 chart=oci://$E2E_REGISTRY/kdefer/charts/kdefer
 	shift
+	# The scenarios that remove kdefer install it again from the same chart.
+	export KDEFER_E2E_CHART=$chart
 	log "deploying kdefer (helm install $chart --version ${KDEFER_E2E_VERSION#v})"
 	# KDEFER_E2E_HELM_ARGS: more helminstall arguments (--set K=V), e.g. to
 	# run the scenarios against kdefer without its node agent:

@@ -108,11 +108,12 @@ multi_run() {
 }
 
 # The single-node scenarios that stop kdefer itself, or change its install
-# (TestNamespacedInstall: a helm upgrade to a namespaced install and back):
+# (TestNamespacedInstall: a helm upgrade to a namespaced install and back;
+# TestUninstall: kdefer removed by helm and by kubectl, and installed again):
 # go test runs them one at a time, and run.sh before the others (see the
 # single-node phase below), so every other scenario sees kdefer up and
 # installed cluster-wide.
-OUTAGES='TestControllerKilled|TestKdeferDown|TestNamespacedInstall'
+OUTAGES='TestControllerKilled|TestKdeferDown|TestNamespacedInstall|TestUninstall'
 # outage_run: their -run, or those of them KDEFER_E2E_FLAGS names; nothing
 # when it names none of them.
 outage_run() {

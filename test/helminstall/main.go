@@ -4,12 +4,18 @@
 // harness (test/e2e/lib.sh deploy_kdefer_helm):
 //
 //	go run ./test/helminstall [-n kdefer-system] [--chart DIR|oci://REPO --version V] [--reuse-values] [-f VALUES.yaml]... [--set K=V]...
+//	go run ./test/helminstall -uninstall [-save-values FILE] [-n kdefer-system]
 //
 // --chart oci://HOST/PATH/kdefer --version V installs a released chart
 // pulled from a registry, as `helm install kdefer oci://… --version V`
 // does (plain HTTP to a loopback or private address: the test registry).
 // An upgrade with --reuse-values and no --chart keeps the release's own
 // chart, as the release's values are kept.
+//
+// -uninstall is `helm uninstall` (hooks and all: the chart's pre-delete
+// hook runs and is waited for); -save-values first writes the release's
+// own values to FILE, so that an e2e scenario can install it again as it
+// was with -f FILE.
 //
 // Why not the helm binary: building it compiles Helm's CLI, plugin runtime
 // and every getter on top of these packages; the install itself is
@@ -42,6 +48,7 @@ import (
 	"helm.sh/helm/v4/pkg/release"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kdefer/kdefer/test/repo"
 )
@@ -65,7 +72,16 @@ func main() {
 	// (TestNamespacedInstall) keeps the others run.sh gave it: images,
 	// local values, KDEFER_E2E_HELM_ARGS.
 	reuse := flag.Bool("reuse-values", false, "upgrade: keep the release's values, -f and --set over them (as helm upgrade --reuse-values)")
+	uninstall := flag.Bool("uninstall", false, "uninstall the release (helm uninstall) instead")
+	saveValues := flag.String("save-values", "", "with -uninstall: first write the release's values (helm get values) to this file")
 	flag.Parse()
+	if *uninstall {
+		if err := runUninstall(*name, *ns, *saveValues, *timeout); err != nil {
+			fmt.Fprintf(os.Stderr, "helminstall: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	chartSet := false
 	flag.Visit(func(f *flag.Flag) { chartSet = chartSet || f.Name == "chart" })
 	if *reuse && !chartSet {
@@ -129,11 +145,9 @@ func run(name, ns, chartDir, version string, opts values.Options, timeout time.D
 	if err != nil {
 		return fmt.Errorf("values: %w", err)
 	}
-	flags := genericclioptions.NewConfigFlags(true)
-	flags.Namespace = &ns
-	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	if err := cfg.Init(flags, ns, "secret"); err != nil {
-		return fmt.Errorf("helm configuration: %w", err)
+	cfg, err := configuration(ns)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -183,5 +197,48 @@ func run(name, ns, chartDir, version string, opts values.Options, timeout time.D
 		}
 		fmt.Printf("upgraded release %s in namespace %s\n", name, ns)
 	}
+	return nil
+}
+
+func configuration(ns string) (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(true)
+	flags.Namespace = &ns
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := cfg.Init(flags, ns, "secret"); err != nil {
+		return nil, fmt.Errorf("helm configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// runUninstall is helm uninstall of release name, hooks included, after
+// saving its values to saveValues (if set).
+func runUninstall(name, ns, saveValues string, timeout time.Duration) error {
+	cfg, err := configuration(ns)
+	if err != nil {
+		return err
+	}
+	if saveValues != "" {
+		vals, err := action.NewGetValues(cfg).Run(name)
+		if err != nil {
+			return fmt.Errorf("values of %s: %w", name, err)
+		}
+		data, err := yaml.Marshal(vals)
+		if err != nil {
+			return fmt.Errorf("values of %s: %w", name, err)
+		}
+		if err := os.WriteFile(saveValues, data, 0o644); err != nil {
+			return err
+		}
+	}
+	un := action.NewUninstall(cfg)
+	un.WaitStrategy, un.Timeout = kube.HookOnlyStrategy, timeout
+	res, err := un.Run(name)
+	if err != nil {
+		return fmt.Errorf("uninstall %s: %w", name, err)
+	}
+	if res != nil && res.Info != "" {
+		fmt.Println(res.Info)
+	}
+	fmt.Printf("uninstalled release %s from namespace %s\n", name, ns)
 	return nil
 }

@@ -55,7 +55,7 @@ cannot drift apart.
 {{- $ns := .root.Release.Namespace -}}
 {{- $text := .root.Files.Get .file | replace "namespace: kdefer-system" (printf "namespace: %s" $ns) | replace "system:serviceaccount:kdefer-system:" (printf "system:serviceaccount:%s:" $ns) -}}
 {{- /* Each object with the chart's labels, its component its directory's. */ -}}
-{{- $component := get (dict "rbac" "controller" "node-agent" "node-agent" "policy" "admission-policy" "monitoring" "metrics" "webhook" "webhook" "crd" "crds" "critical-pods" "defer-pods") (base (dir .file)) -}}
+{{- $component := get (dict "rbac" "controller" "node-agent" "node-agent" "policy" "admission-policy" "monitoring" "metrics" "webhook" "webhook" "crd" "crds" "critical-pods" "defer-pods" "uninstall" "uninstall") (base (dir .file)) -}}
 {{- $docs := list -}}
 {{- range splitList "\n---\n" (printf "\n%s" $text) -}}
 {{- $obj := fromYaml . -}}
