@@ -21,7 +21,23 @@ const (
 	LabelPodName = "kdefer.io/pod"
 	// LabelJobName is set on DeferRuns to the name of the Job they serve.
 	LabelJobName = "kdefer.io/job"
+	// LabelPlatformPolicy is set by the controller on the namespaces a
+	// ClusterDeferPolicy selects, to the policy's name ("" when several
+	// select it). It is the namespaceSelector that brings their plain
+	// Jobs to the webhooks; only the policies' own selectors decide what
+	// applies, so a namespace that labels itself gains nothing.
+	LabelPlatformPolicy = "kdefer.io/platform-policy"
+	// LabelCredentialsOf marks the copy of a ClusterDeferPolicy's
+	// credentials Secret kdefer keeps in a selected namespace; its value
+	// is the policy's name.
+	LabelCredentialsOf = "kdefer.io/credentials-of"
 )
+
+// ClusterCredentialsName is the name of the copy of ClusterDeferPolicy
+// policy's credentials Secret in each namespace it selects.
+func ClusterCredentialsName(policy string) string {
+	return "kdefer-" + policy + "-credentials"
+}
 
 // ManagedDeferPod is the LabelManaged value of defer pods.
 const ManagedDeferPod = "defer"
@@ -88,11 +104,18 @@ const (
 	// AnnotationDeadline bounds a whole defer run (Go duration, e.g. "30m").
 	AnnotationDeadline = "kdefer.io/deadline"
 	// AnnotationSkip ("true") on a Job or pod skips its defer runs; the
-	// volume and pod are released without staging out.
+	// volume and pod are released without staging out. A Job without
+	// kdefer's label that a ClusterDeferPolicy selects is then not armed at
+	// all, unless the policy is locked (spec.locked), which refuses it.
 	AnnotationSkip = "kdefer.io/skip"
 	// AnnotationRendered records that a template was rendered, with the
 	// render version; rendering a rendered template changes nothing.
 	AnnotationRendered = "kdefer.io/rendered"
+	// AnnotationClusterPolicy is written by the webhooks on the pod
+	// template of a Job a ClusterDeferPolicy applies to, naming it, so the
+	// controller arms its pods with the policy admission chose (it checks
+	// again that the policy selects the namespace).
+	AnnotationClusterPolicy = "kdefer.io/cluster-policy"
 	// AnnotationSummary is written by the controller on a Job, e.g.
 	// "3/3 staged out".
 	AnnotationSummary = "kdefer.io/summary"
