@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
