@@ -35,8 +35,7 @@ const (
 // checkConfig re-resolves a policy that could not be resolved when the run
 // was armed. It keeps the volume and waits (within the deadline) while the
 // policy is missing. Whether the credentials Secret exists is not checked
-// here: kdefer does not read the namespace's Secrets (it only keeps its
-// copies of ClusterDeferPolicies' credentials), so the defer pod is
+// here: kdefer may not read Secrets (least privilege), so the defer pod is
 // created and its kubelet tells (stepConfigProblem).
 func (r *RunReconciler) checkConfig(ctx context.Context, s *runState) (checked, error) {
 	run := s.run

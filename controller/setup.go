@@ -46,7 +46,8 @@ type Options struct {
 	Workers int
 	// NoPrePull turns pre-pulling the stage image off for every policy.
 	NoPrePull bool
-	// Platform configures what kdefer keeps for ClusterDeferPolicies.
+	// Platform configures the namespace labels kdefer keeps for
+	// ClusterDeferPolicies.
 	Platform PlatformOptions
 }
 
@@ -145,7 +146,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Complete(runRec); err != nil {
 		return fmt.Errorf("setting up the DeferRun controller: %w", err)
 	}
-	if err := NewPlatformReconciler(c, mgr.GetAPIReader(), opts.Platform).SetupWithManager(mgr); err != nil {
+	if err := NewPlatformReconciler(c, opts.Platform).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the platform controller: %w", err)
 	}
 	return nil

@@ -125,16 +125,13 @@ func TestPolicyCluster(t *testing.T) {
 		})
 	}
 
-	// A ClusterDeferPolicy's Secret is its copy in the namespace.
+	// A ClusterDeferPolicy's spec is its own, credentials and all.
 	got, err := Policy(context.Background(), w(source{}, plat), Subject{Namespace: "ns"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := got.Spec().Credentials; c == nil || c.Name != "kdefer-plat-credentials" {
-		t.Errorf("credentials of the applied ClusterDeferPolicy = %v, want kdefer-plat-credentials", c)
-	}
-	if plat.Spec.Credentials.Name != "platform-s3" {
-		t.Errorf("Spec() changed the policy's own credentials to %q", plat.Spec.Credentials.Name)
+	if c := got.Spec().Credentials; c == nil || c.Name != "platform-s3" || got.Spec().StageOut.URL != "s3://platform/plat/{pod}/" {
+		t.Errorf("spec of the applied ClusterDeferPolicy = %+v, want its own", got.Spec())
 	}
 	_, err = Policy(context.Background(), w(source{}, plat, gpu), Subject{Namespace: "ns", Labels: map[string]string{"kind": "gpu"}})
 	if ae := (*AmbiguousClusterError)(nil); !errors.As(err, &ae) {

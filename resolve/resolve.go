@@ -94,18 +94,13 @@ func (a Applied) ClusterName() string {
 }
 
 // Spec is the applied policy's spec (nil for none), what render and
-// render.EffectivePolicy take. A ClusterDeferPolicy's credentials are its
-// copy in the namespace (v1.ClusterCredentialsName).
+// render.EffectivePolicy take.
 func (a Applied) Spec() *v1.DeferPolicySpec {
 	switch {
 	case a.Policy != nil:
 		return &a.Policy.Spec
 	case a.Cluster != nil:
-		spec := a.Cluster.Spec.DeferPolicySpec.DeepCopy()
-		if spec.Credentials != nil {
-			spec.Credentials.Name = v1.ClusterCredentialsName(a.Cluster.Name)
-		}
-		return spec
+		return &a.Cluster.Spec.DeferPolicySpec
 	}
 	return nil
 }

@@ -6,17 +6,16 @@ import (
 
 // ClusterDeferPolicySpec is a platform's DeferPolicy: it arms every Job of
 // the namespaces it selects, with no kdefer.io label or annotation on the
-// Job. Its policy fields are a DeferPolicy's, with two differences:
-// namespaceDefault does not apply (namespaceSelector says where it
-// applies), and credentials names a Secret in kdefer's own namespace, which
-// kdefer copies into each selected namespace (docs/security.md).
+// Job. Its policy fields are a DeferPolicy's, but namespaceDefault, which
+// does not apply (namespaceSelector says where it applies). credentials
+// names a Secret in each selected namespace, as a DeferPolicy's does:
+// kdefer never reads or copies Secrets (docs/security.md).
 // +kubebuilder:validation:XValidation:rule="!has(self.namespaceDefault) || !self.namespaceDefault",message="spec.namespaceDefault is a DeferPolicy's field: a ClusterDeferPolicy applies where spec.namespaceSelector selects; remove spec.namespaceDefault"
 type ClusterDeferPolicySpec struct {
 	// namespaceSelector selects the namespaces whose Jobs the policy arms,
 	// by the namespaces' labels ({} selects every namespace but kdefer's
 	// own). Select on labels only the platform can set: whoever can label
-	// a namespace can bring it in, and its Jobs' stage steps then hold the
-	// policy's credentials.
+	// a namespace can bring it in.
 	// +required
 	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
 

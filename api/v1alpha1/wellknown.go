@@ -27,17 +27,7 @@ const (
 	// Jobs to the webhooks; only the policies' own selectors decide what
 	// applies, so a namespace that labels itself gains nothing.
 	LabelPlatformPolicy = "kdefer.io/platform-policy"
-	// LabelCredentialsOf marks the copy of a ClusterDeferPolicy's
-	// credentials Secret kdefer keeps in a selected namespace; its value
-	// is the policy's name.
-	LabelCredentialsOf = "kdefer.io/credentials-of"
 )
-
-// ClusterCredentialsName is the name of the copy of ClusterDeferPolicy
-// policy's credentials Secret in each namespace it selects.
-func ClusterCredentialsName(policy string) string {
-	return "kdefer-" + policy + "-credentials"
-}
 
 // ManagedDeferPod is the LabelManaged value of defer pods.
 const ManagedDeferPod = "defer"

@@ -17,14 +17,12 @@ import (
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/test/clusterenv"
-	"github.com/kdefer/kdefer/test/s3server"
 )
 
 // TestClusterDeferPolicy: a platform team's ClusterDeferPolicy selects the
 // scenario's namespace by a label; a plain Job there, with no kdefer label
-// or annotation, is armed and stages out with the policy's credentials,
-// which live in kdefer's namespace and reach the Job's namespace as
-// kdefer's copy. While its defer pod runs, nothing that selects the Job's
+// or annotation, is armed and stages out with the policy's destination and
+// credentials (the namespace's Secret). While its defer pod runs, nothing that selects the Job's
 // pods (its labels, its template's, its selector) sees the defer pod, and
 // the Job's counts are its own pod's. A Job that opts out with
 // kdefer.io/skip is left alone; once the policy is locked, the opt-out is
@@ -37,37 +35,23 @@ func TestClusterDeferPolicy(t *testing.T) {
 	if err := s.env.Client.Patch(s.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}, client.RawPatch(types.MergePatchType, raw)); err != nil {
 		t.Fatal(err)
 	}
-	secret := "e2e-" + s.ns
-	if _, err := s.env.Clientset.CoreV1().Secrets(kdeferNS).Create(s.ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: secret},
-		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3server.AccessKey, "AWS_SECRET_ACCESS_KEY": s3server.SecretKey},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.env.Clientset.CoreV1().Secrets(kdeferNS).Delete(context.Background(), secret, metav1.DeleteOptions{})
-	})
 	// The hold step keeps the defer pod running until the checks are done.
 	pol := &v1.ClusterDeferPolicy{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}
 	pol.Spec.NamespaceSelector = metav1.LabelSelector{MatchLabels: map[string]string{"e2e-platform": s.ns}}
 	pol.Spec.DeferPolicySpec = s.holdPolicy("hold").Spec
 	pol.Spec.StageOut = &v1.StageOut{URL: s.stageOutURL()}
-	pol.Spec.Credentials = &corev1.LocalObjectReference{Name: secret}
+	// The platform's Secret is each namespace's (newScenario's "minio").
+	pol.Spec.Credentials = &corev1.LocalObjectReference{Name: "minio"}
 	s.create(pol)
 	t.Cleanup(func() { _ = s.env.Client.Delete(context.Background(), pol) })
 
-	// The controller labels the namespace and copies the credentials.
-	copied := v1.ClusterCredentialsName(pol.Name)
-	err := clusterenv.WaitFor(s.ctx, time.Minute, "namespace "+s.ns+" labelled and Secret "+copied+" copied", func(ctx context.Context) (bool, error) {
+	// The controller labels the namespace.
+	err := clusterenv.WaitFor(s.ctx, time.Minute, "namespace "+s.ns+" labelled "+v1.LabelPlatformPolicy, func(ctx context.Context) (bool, error) {
 		ns := &corev1.Namespace{}
 		if err := s.env.Client.Get(ctx, client.ObjectKey{Name: s.ns}, ns); err != nil {
 			return false, err
 		}
-		sec := &corev1.Secret{}
-		if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: copied}, sec); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return ns.Labels[v1.LabelPlatformPolicy] == pol.Name && string(sec.Data["AWS_ACCESS_KEY_ID"]) == s3server.AccessKey, nil
+		return ns.Labels[v1.LabelPlatformPolicy] == pol.Name, nil
 	})
 	if err != nil {
 		t.Fatal(err)
