@@ -86,6 +86,8 @@ func TestClusterDeferPolicy(t *testing.T) {
 	// Opted out: admitted as written, never armed.
 	skipped := plainJob("skipped")
 	skipped.Annotations = map[string]string{v1.AnnotationSkip: "true"}
+	// Unrendered, it has no work volume to write to.
+	skipped.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo left alone"}
 	s.create(skipped)
 	got := &batchv1.Job{}
 	if err := s.env.Client.Get(s.ctx, client.ObjectKeyFromObject(skipped), got); err != nil {
