@@ -136,7 +136,7 @@ func StageUserOf(pod *corev1.Pod) *v1.StageUser {
 
 func configAnnotations(in map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, k := range v1.ConfigAnnotations {
+	for _, k := range append(slices.Clip(v1.ConfigAnnotations), v1.AnnotationClusterPolicy) {
 		if v, ok := in[k]; ok {
 			out[k] = v
 		}

@@ -246,8 +246,9 @@ func (p *policyProblem) Error() string { return p.msg }
 
 // effectivePolicy computes the policy for an object in namespace ns that
 // names DeferPolicy named ("" for none) from the DeferPolicy that applies
-// to it (resolve.Policy, read through c: the named one, else the
-// namespace's default) and its kdefer annotations, and returns the applied
+// to it (resolve.Policy, read through c: the named one, the namespace's
+// default, or the ClusterDeferPolicy admission recorded in
+// kdefer.io/cluster-policy) and its kdefer annotations, and returns the applied
 // policy's name too (named when it cannot be resolved). A *policyProblem
 // says what the user must fix; the spec that comes with it is what could
 // be computed (from the annotations alone when no policy could be
@@ -255,7 +256,8 @@ func (p *policyProblem) Error() string { return p.msg }
 func effectivePolicy(ctx context.Context, c client.Reader, ns, named string, ann map[string]string) (string, v1.DeferPolicySpec, error) {
 	name := named
 	var problem *policyProblem
-	applied, err := resolve.Policy(ctx, resolve.Cluster{Reader: c, Cache: c}, ns, named)
+	applied, err := resolve.Policy(ctx, resolve.Cluster{Reader: c, Cache: c}, resolve.Subject{
+		Namespace: ns, Named: named, Armed: true, Recorded: ann[v1.AnnotationClusterPolicy]})
 	var annErr *v1.AnnotationError
 	var ambiguous *resolve.AmbiguousDefaultError
 	switch {

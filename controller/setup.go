@@ -46,6 +46,9 @@ type Options struct {
 	Workers int
 	// NoPrePull turns pre-pulling the stage image off for every policy.
 	NoPrePull bool
+	// Platform configures the namespace labels kdefer keeps for
+	// ClusterDeferPolicies.
+	Platform PlatformOptions
 }
 
 // SetupIndexes registers the field indexes, the webhooks'
@@ -142,6 +145,9 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Complete(runRec); err != nil {
 		return fmt.Errorf("setting up the DeferRun controller: %w", err)
+	}
+	if err := NewPlatformReconciler(c, opts.Platform).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the platform controller: %w", err)
 	}
 	return nil
 }

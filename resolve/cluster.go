@@ -3,6 +3,7 @@ package resolve
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -56,4 +57,24 @@ func (c Cluster) Defaults(ctx context.Context, ns string) ([]v1.DeferPolicy, err
 		return nil, err
 	}
 	return list.Items, nil
+}
+
+// ClusterPolicies implements Source, from the cache (the controller
+// watches ClusterDeferPolicies).
+func (c Cluster) ClusterPolicies(ctx context.Context) ([]v1.ClusterDeferPolicy, error) {
+	var list v1.ClusterDeferPolicyList
+	if err := c.Cache.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// NamespaceLabels implements Source, from the cache; a namespace that does
+// not exist has none.
+func (c Cluster) NamespaceLabels(ctx context.Context, ns string) (map[string]string, error) {
+	n := &corev1.Namespace{}
+	if err := c.Cache.Get(ctx, client.ObjectKey{Name: ns}, n); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return n.Labels, nil
 }

@@ -34,6 +34,10 @@ func (s source) Defaults(context.Context, string) ([]v1.DeferPolicy, error) {
 	return out, nil
 }
 
+func (source) ClusterPolicies(context.Context) ([]v1.ClusterDeferPolicy, error) { return nil, nil }
+
+func (source) NamespaceLabels(context.Context, string) (map[string]string, error) { return nil, nil }
+
 func policy(name string, def bool, locked ...v1.LockedField) v1.DeferPolicy {
 	return v1.DeferPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
 		Spec: v1.DeferPolicySpec{NamespaceDefault: def, Locked: locked, StageOut: &v1.StageOut{URL: "s3://b/" + name + "/{pod}/"}}}
@@ -66,7 +70,7 @@ func TestPolicy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Policy(context.Background(), tc.src, "ns", tc.named)
+			got, err := Policy(context.Background(), tc.src, Subject{Namespace: "ns", Named: tc.named})
 			if len(tc.wantErr) > 0 {
 				if err == nil {
 					t.Fatalf("Policy = %q, want an error", got.Name())
@@ -90,11 +94,11 @@ func TestPolicy(t *testing.T) {
 		})
 	}
 	// What the webhooks and the controller tell apart.
-	_, err := Policy(context.Background(), source{}, "ns", "nope")
+	_, err := Policy(context.Background(), source{}, Subject{Namespace: "ns", Named: "nope"})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("missing policy: %v is not NotFound", err)
 	}
-	_, err = Policy(context.Background(), source{locked}, "ns", "team")
+	_, err = Policy(context.Background(), source{locked}, Subject{Namespace: "ns", Named: "team"})
 	if ae := (*v1.AnnotationError)(nil); !errors.As(err, &ae) || ae.Key != v1.AnnotationPolicy {
 		t.Errorf("another policy under a locked default: %v is not an AnnotationError on %s", err, v1.AnnotationPolicy)
 	}

@@ -26,7 +26,7 @@ var ConfigAnnotations = []string{
 }
 
 // StatusAnnotations are written by kdefer itself; they are not configuration.
-var StatusAnnotations = []string{AnnotationRendered, AnnotationSummary}
+var StatusAnnotations = []string{AnnotationRendered, AnnotationSummary, AnnotationClusterPolicy}
 
 // TriggersAll selects every trigger in AnnotationTriggers.
 const TriggersAll = "all"

@@ -35,6 +35,7 @@ var (
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&DeferPolicy{}, &DeferPolicyList{},
+		&ClusterDeferPolicy{}, &ClusterDeferPolicyList{},
 		&DeferRun{}, &DeferRunList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

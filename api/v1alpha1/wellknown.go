@@ -25,6 +25,13 @@ const (
 	// had not finished or had retained it: its value is the run's name
 	// (LabelValue). The PVC then has no owner; `kdefer release` deletes it.
 	LabelKept = "kdefer.io/kept"
+
+	// LabelPlatformPolicy is set by the controller on the namespaces a
+	// ClusterDeferPolicy selects, to the policy's name ("" when several
+	// select it). It is the namespaceSelector that brings their plain
+	// Jobs to the webhooks; only the policies' own selectors decide what
+	// applies, so a namespace that labels itself gains nothing.
+	LabelPlatformPolicy = "kdefer.io/platform-policy"
 )
 
 // AnnotationKept on a kept work PVC (LabelKept) says why it was kept and
@@ -96,11 +103,18 @@ const (
 	// AnnotationDeadline bounds a whole defer run (Go duration, e.g. "30m").
 	AnnotationDeadline = "kdefer.io/deadline"
 	// AnnotationSkip ("true") on a Job or pod skips its defer runs; the
-	// volume and pod are released without staging out.
+	// volume and pod are released without staging out. A Job without
+	// kdefer's label that a ClusterDeferPolicy selects is then not armed at
+	// all, unless the policy is locked (spec.locked), which refuses it.
 	AnnotationSkip = "kdefer.io/skip"
 	// AnnotationRendered records that a template was rendered, with the
 	// render version; rendering a rendered template changes nothing.
 	AnnotationRendered = "kdefer.io/rendered"
+	// AnnotationClusterPolicy is written by the webhooks on the pod
+	// template of a Job a ClusterDeferPolicy applies to, naming it, so the
+	// controller arms its pods with the policy admission chose (it checks
+	// again that the policy selects the namespace).
+	AnnotationClusterPolicy = "kdefer.io/cluster-policy"
 	// AnnotationSummary is written by the controller on a Job, e.g.
 	// "3/3 staged out".
 	AnnotationSummary = "kdefer.io/summary"

@@ -17,7 +17,8 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 )
 
-// decode decodes a Job, CronJob, Pod or DeferPolicy document strictly, as the
+// decode decodes a Job, CronJob, Pod, DeferPolicy, ClusterDeferPolicy or
+// Namespace document strictly, as the
 // apiserver does with kubectl's default --validate=strict: an unknown
 // field (a typo, or a field of a newer API) or a duplicate one is a problem
 // naming its line, or with --validate=warn a warning. Other kinds are not
@@ -37,6 +38,12 @@ func (d *document) decode(mode string) {
 	case d.isPolicy():
 		d.policy = &v1.DeferPolicy{}
 		target = d.policy
+	case d.isClusterPolicy():
+		d.cluster = &v1.ClusterDeferPolicy{}
+		target = d.cluster
+	case d.isNamespace():
+		d.nsObj = &corev1.Namespace{}
+		target = d.nsObj
 	default:
 		return
 	}
@@ -46,7 +53,7 @@ func (d *document) decode(mode string) {
 	}
 	strictErrs, err := sigsjson.UnmarshalStrict(d.json, target, sigsjson.DisallowUnknownFields, sigsjson.DisallowDuplicateFields)
 	if err != nil {
-		d.jobObj, d.cronObj, d.podObj, d.policy = nil, nil, nil, nil
+		d.jobObj, d.cronObj, d.podObj, d.policy, d.cluster, d.nsObj = nil, nil, nil, nil, nil, nil
 		d.problems = append(d.problems, d.decodeError(err))
 		return
 	}

@@ -62,6 +62,8 @@ type document struct {
 	cronObj *batchv1.CronJob
 	podObj  *corev1.Pod
 	policy  *v1.DeferPolicy
+	cluster *v1.ClusterDeferPolicy
+	nsObj   *corev1.Namespace
 }
 
 func (d *document) isJob() bool     { return d.kind == "Job" && d.apiVer == "batch/v1" }
@@ -73,6 +75,12 @@ func (d *document) isPod() bool { return d.kind == "Pod" && d.apiVer == "v1" }
 func (d *document) isPolicy() bool {
 	return d.kind == "DeferPolicy" && d.apiVer == v1.GroupVersion.String()
 }
+func (d *document) isClusterPolicy() bool {
+	return d.kind == "ClusterDeferPolicy" && d.apiVer == v1.GroupVersion.String()
+}
+
+// isNamespace: its labels say which ClusterDeferPolicies select it.
+func (d *document) isNamespace() bool { return d.kind == "Namespace" && d.apiVer == "v1" }
 
 func (d *document) String() string {
 	n := d.name
@@ -90,17 +98,22 @@ func readInput(f *inputFlags, stdin io.Reader) ([]*document, policies, error) {
 	switch f.validate {
 	case validateStrict, validateWarn, validateIgnore:
 	default:
-		return nil, nil, &exitError{code: 2, msg: fmt.Sprintf("--validate=%q: want strict, warn or ignore", f.validate)}
+		return nil, policies{}, &exitError{code: 2, msg: fmt.Sprintf("--validate=%q: want strict, warn or ignore", f.validate)}
 	}
 	docs, err := readDocuments(&f.FilenameOptions, stdin)
 	if err != nil {
-		return nil, nil, &exitError{code: 2, msg: err.Error()}
+		return nil, policies{}, &exitError{code: 2, msg: err.Error()}
 	}
-	var ps policies
+	ps := policies{namespaces: map[string]map[string]string{}}
 	for _, d := range docs {
 		d.decode(f.validate)
-		if d.policy != nil {
-			ps = append(ps, d.policy)
+		switch {
+		case d.policy != nil:
+			ps.list = append(ps.list, d.policy)
+		case d.cluster != nil:
+			ps.cluster = append(ps.cluster, *d.cluster)
+		case d.nsObj != nil:
+			ps.namespaces[d.nsObj.Name] = d.nsObj.Labels
 		}
 	}
 	return docs, ps, nil
@@ -238,13 +251,19 @@ func (d *document) job() *batchv1.Job {
 	return d.jobObj
 }
 
-// policies indexes the DeferPolicies of the input.
-type policies []*v1.DeferPolicy
+// policies are the input's DeferPolicies, ClusterDeferPolicies and
+// namespaces' labels: the resolve.Source render and lint decide with.
+type policies struct {
+	list    []*v1.DeferPolicy
+	cluster []v1.ClusterDeferPolicy
+	// namespaces are the labels of the input's Namespaces, by name.
+	namespaces map[string]map[string]string
+}
 
 // lookup finds the policy a Job names; a policy or Job without a namespace
 // matches any namespace.
 func (ps policies) lookup(name, ns string) *v1.DeferPolicy {
-	for _, p := range ps {
+	for _, p := range ps.list {
 		if p.Name == name && (p.Namespace == "" || ns == "" || p.Namespace == ns) {
 			return p
 		}
@@ -274,31 +293,68 @@ func optsIn(labels map[string]string, annotations ...map[string]string) bool {
 	return false
 }
 
-// policyFor returns the spec of the DeferPolicy that applies to job, nil if
-// none does, or an error if the input lacks the one it names.
-func policyFor(ps policies, j *batchv1.Job) (*v1.DeferPolicySpec, error) {
-	name := j.Annotations[v1.AnnotationPolicy]
-	if name == "" {
-		name = j.Spec.Template.Annotations[v1.AnnotationPolicy]
+// forJob decides for a Job as the webhooks do: the Job as admission
+// arms it (resolve.MarkJob: kdefer's label when a ClusterDeferPolicy of
+// the input selects it, the template's kdefer.io/cluster-policy), whether
+// it is armed, and the spec of the policy that applies (nil for none). An
+// error says what the webhook would refuse, or that the input lacks the
+// named policy.
+func (ps policies) forJob(j *batchv1.Job) (*batchv1.Job, bool, *v1.DeferPolicySpec, error) {
+	if !wantsKdefer(j) && len(ps.cluster) == 0 {
+		return j, false, nil, nil
 	}
-	return ps.spec(name, j.Namespace)
+	s := resolve.JobSubject(j)
+	applied, err := ps.resolve(s)
+	if err != nil {
+		return j, true, nil, err
+	}
+	marked, armed := resolve.MarkJob(j, applied)
+	return marked, armed || wantsKdefer(j), applied.Spec(), nil
 }
 
-// spec returns the spec of the DeferPolicy that applies, as the webhooks
-// decide it (resolve.Policy), to an object of namespace ns that names
-// policy name ("" for none): nil if none does, or an error if the input
-// lacks the named one or the namespace's default forbids it.
-func (ps policies) spec(name, ns string) (*v1.DeferPolicySpec, error) {
-	applied, err := resolve.Policy(context.Background(), ps, ns, name)
-	if apierrors.IsNotFound(err) {
-		return nil, &v1.AnnotationError{Key: v1.AnnotationPolicy, Value: name,
-			Problem: fmt.Sprintf("names DeferPolicy %q, which is not in the input", name),
-			Fix:     "pass the policy too (kdefer render -f policy.yaml -f job.yaml), or get it with kubectl get deferpolicy " + name + " -o yaml"}
-	}
+// arms reports whether the webhooks arm j (or refuse it).
+func (ps policies) arms(j *batchv1.Job) bool {
+	_, armed, _, _ := ps.forJob(j)
+	return armed
+}
+
+// spec returns the spec of the policy that applies, as the webhooks
+// decide it (resolve.Policy), to a pod no Job made: nil if none does, or
+// an error if the input lacks the named one or a locked policy forbids it.
+func (ps policies) spec(pod *corev1.Pod) (*v1.DeferPolicySpec, error) {
+	applied, err := ps.resolve(resolve.PodSubject(pod))
 	if err != nil {
 		return nil, err
 	}
 	return applied.Spec(), nil
+}
+
+// resolve is resolve.Policy on the input, a missing named policy told as
+// such.
+func (ps policies) resolve(s resolve.Subject) (resolve.Applied, error) {
+	applied, err := resolve.Policy(context.Background(), ps, s)
+	if apierrors.IsNotFound(err) {
+		return applied, &v1.AnnotationError{Key: v1.AnnotationPolicy, Value: s.Named,
+			Problem: fmt.Sprintf("names DeferPolicy %q, which is not in the input", s.Named),
+			Fix:     "pass the policy too (kdefer render -f policy.yaml -f job.yaml), or get it with kubectl get deferpolicy " + s.Named + " -o yaml"}
+	}
+	return applied, err
+}
+
+// unknownNamespace warns that the input's ClusterDeferPolicies were
+// matched against no labels for a Job of a namespace the input lacks.
+func (ps policies) unknownNamespace(ns string) string {
+	if len(ps.cluster) == 0 {
+		return ""
+	}
+	if _, ok := ps.namespaces[ns]; ok {
+		return ""
+	}
+	name := ns
+	if name == "" {
+		name = "(none given)"
+	}
+	return fmt.Sprintf("the Job's namespace %s is not in the input, so the ClusterDeferPolicies' namespaceSelectors were matched against no labels; fix: pass its Namespace too (kubectl get namespace NAME -o yaml)", name)
 }
 
 // Get implements resolve.Source on the input.
@@ -314,10 +370,21 @@ func (ps policies) Get(_ context.Context, ns, name string) (*v1.DeferPolicy, err
 // matches any namespace.
 func (ps policies) Defaults(_ context.Context, ns string) ([]v1.DeferPolicy, error) {
 	var out []v1.DeferPolicy
-	for _, p := range ps {
+	for _, p := range ps.list {
 		if p.Spec.NamespaceDefault && (p.Namespace == "" || ns == "" || p.Namespace == ns) {
 			out = append(out, *p)
 		}
 	}
 	return out, nil
+}
+
+// ClusterPolicies implements resolve.Source on the input.
+func (ps policies) ClusterPolicies(context.Context) ([]v1.ClusterDeferPolicy, error) {
+	return ps.cluster, nil
+}
+
+// NamespaceLabels implements resolve.Source on the input: the labels of
+// its Namespace of that name (none if it has none).
+func (ps policies) NamespaceLabels(_ context.Context, ns string) (map[string]string, error) {
+	return ps.namespaces[ns], nil
 }

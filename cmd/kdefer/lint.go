@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -18,7 +19,8 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "lint -f FILE|DIR|- [-R]",
 		Short: "Explain every problem kdefer finds in Jobs, pods and DeferPolicies",
-		Long: `Check every Job, CronJob, Pod and DeferPolicy of the input as kdefer's webhooks,
+		Long: `Check every Job, CronJob, Pod, DeferPolicy and ClusterDeferPolicy of the input
+as kdefer's webhooks,
 the apiserver's strict decoding and kdefer's stage steps would, and explain
 every problem at once, each with its fix. Exits 1 when there are problems,
 0 when there are none (warnings alone do not fail).
@@ -48,9 +50,14 @@ func runLint(stdin io.Reader, stdout io.Writer, f *renderFlags) error {
 				problems = append(problems, policyProblems(&d.policy.Spec, f)...)
 				warnings = append(warnings, render.PolicyWarnings(&d.policy.Spec)...)
 			}
+		case d.isClusterPolicy():
+			if d.cluster != nil {
+				problems = append(problems, clusterPolicyProblems(d.cluster, f)...)
+				warnings = append(warnings, render.PolicyWarnings(&d.cluster.Spec.DeferPolicySpec)...)
+			}
 		case d.isJob() || d.isCronJob():
 			j := d.job()
-			if j == nil || !wantsKdefer(j) {
+			if j == nil || !ps.arms(j) {
 				if len(problems)+len(warnings) == 0 {
 					continue
 				}
@@ -103,14 +110,32 @@ func policyProblems(s *v1.DeferPolicySpec, f *renderFlags) []string {
 	return out
 }
 
-// jobProblems are what the Job webhook refuses of an opted-in Job, and its
-// warnings.
+// clusterPolicyProblems are what the ClusterDeferPolicy webhook refuses.
+func clusterPolicyProblems(p *v1.ClusterDeferPolicy, f *renderFlags) []string {
+	out := policyProblems(&p.Spec.DeferPolicySpec, f)
+	opts := metav1validation.LabelSelectorValidationOptions{}
+	errs := metav1validation.ValidateLabelSelector(&p.Spec.NamespaceSelector, opts, field.NewPath("spec", "namespaceSelector"))
+	if p.Spec.JobSelector != nil {
+		errs = append(errs, metav1validation.ValidateLabelSelector(p.Spec.JobSelector, opts, field.NewPath("spec", "jobSelector"))...)
+	}
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// jobProblems are what the Job webhook refuses of a Job it arms (opted in,
+// or selected by a ClusterDeferPolicy of the input), and its warnings.
 func jobProblems(j *batchv1.Job, ps policies, f *renderFlags) (problems, warnings []string) {
-	if j.Labels[v1.LabelEnabled] != "true" {
+	marked, _, pol, err := ps.forJob(j)
+	if marked.Labels[v1.LabelEnabled] != "true" {
 		warnings = append(warnings, fmt.Sprintf("the Job has kdefer.io annotations but not the label %s: \"true\", so kdefer's webhook ignores it; add the label, or render it with kdefer render", v1.LabelEnabled))
 	}
 	warnings = append(warnings, render.Warnings(j)...)
-	pol, err := policyFor(ps, j)
+	if w := ps.unknownNamespace(j.Namespace); w != "" {
+		warnings = append(warnings, w)
+	}
+	j = marked
 	if err != nil {
 		problems = append(problems, err.Error())
 		// Check the rest with the annotations alone.
@@ -132,7 +157,7 @@ func podProblems(pod *corev1.Pod, ps policies, f *renderFlags) (problems, warnin
 		warnings = append(warnings, fmt.Sprintf("the pod has kdefer.io annotations but not the label %s: \"true\", so kdefer's webhook ignores it; add the label", v1.LabelEnabled))
 	}
 	warnings = append(warnings, render.PodWarnings(pod)...)
-	pol, err := ps.spec(pod.Annotations[v1.AnnotationPolicy], pod.Namespace)
+	pol, err := ps.spec(pod)
 	if err != nil {
 		problems = append(problems, err.Error())
 		// Check the rest with the annotations alone.

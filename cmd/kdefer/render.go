@@ -105,15 +105,18 @@ func runRender(stdin io.Reader, stdout, stderr io.Writer, f *renderFlags) error 
 // fields this version of the Job type does not know.
 func renderDocument(d *document, ps policies, opts render.Options) ([]byte, []string, error) {
 	j := d.job()
-	if !wantsKdefer(j) {
+	marked, armed, pol, err := ps.forJob(j)
+	if !armed {
 		return append(bytes.TrimRight(d.raw, "\n"), '\n'), nil, nil
 	}
 	warnings := render.Warnings(j)
-	pol, err := policyFor(ps, j)
+	if w := ps.unknownNamespace(j.Namespace); w != "" {
+		warnings = append(warnings, w)
+	}
 	if err != nil {
 		return nil, warnings, err
 	}
-	r, err := render.Job(j, pol, opts)
+	r, err := render.Job(marked, pol, opts)
 	if err != nil {
 		return nil, warnings, err
 	}
@@ -122,6 +125,7 @@ func renderDocument(d *document, ps policies, opts render.Options) ([]byte, []st
 	if d.cronObj != nil {
 		rendered := d.cronObj.DeepCopy()
 		rendered.Spec.JobTemplate.Spec = r.Spec
+		rendered.Spec.JobTemplate.Labels = r.Labels
 		before, after, schema = d.cronObj, rendered, batchv1.CronJob{}
 	}
 	y, err := mergeInto(d.json, before, after, schema)

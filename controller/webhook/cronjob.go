@@ -12,6 +12,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller/webhook/review"
 	"github.com/kdefer/kdefer/render"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 // ValidateCronJobPath serves the CronJob validating webhook.
@@ -37,9 +38,9 @@ func (h *Handlers) ValidateCronJob(ctx context.Context, req admission.Request) a
 	}
 	job := render.CronJobJob(cj)
 	warnings := render.Warnings(job)
-	name := policyName(job)
+	name := resolve.JobPolicyName(job)
 	intro := fmt.Sprintf("kdefer would refuse every Job of this CronJob (its spec.jobTemplate carries label %s=true; the fields below are the Job's, under spec.jobTemplate)", v1.LabelEnabled)
-	applied, err := h.resolvePolicy(ctx, job.Namespace, name)
+	applied, err := h.resolvePolicy(ctx, resolve.JobSubject(job))
 	switch {
 	case apierrors.IsNotFound(err):
 		warnings = append(warnings, policyMissing(job.Namespace, name)+"; until it exists, every Job of this CronJob is refused")

@@ -13,6 +13,7 @@ import (
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	"github.com/kdefer/kdefer/controller/webhook/review"
 	"github.com/kdefer/kdefer/render"
+	"github.com/kdefer/kdefer/resolve"
 )
 
 // MutatePodPath serves the pod rendering webhook.
@@ -36,11 +37,15 @@ func (h *Handlers) MutatePod(ctx context.Context, req admission.Request) admissi
 		return admission.Allowed("")
 	}
 	log := logf.FromContext(ctx).WithValues("pod", req.Namespace+"/"+review.Name(&req.AdmissionRequest))
-	pol, deny := h.policyApplying(ctx, req.Namespace, pod.Annotations[v1.AnnotationPolicy], "kdefer cannot manage this pod")
+	subject := resolve.PodSubject(pod)
+	subject.Namespace = req.Namespace
+	applied, deny := h.policyApplying(ctx, subject, "kdefer cannot manage this pod")
 	if deny != nil {
 		return *deny
 	}
-	rendered, err := render.Pod(pod, pol, h.opts.Render)
+	pod = pod.DeepCopy()
+	resolve.RecordCluster(&pod.Annotations, applied.ClusterName())
+	rendered, err := render.Pod(pod, applied.Spec(), h.opts.Render)
 	if err != nil {
 		log.V(1).Info("refused pod", "problems", render.Problems(err))
 		return denial("kdefer cannot manage this pod", err)

@@ -194,6 +194,8 @@ func Register(srv webhook.Server, h *Handlers) {
 	srv.Register(MutatePodPath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutatePod)})
 	srv.Register(ValidatePolicyPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidatePolicy)})
 	srv.Register(ValidateEvictionPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateEviction)})
+	srv.Register(ValidateClusterPolicyPath, &webhook.Admission{Handler: admission.HandlerFunc(h.ValidateClusterPolicy)})
+	srv.Register(MutateNamespacePath, &webhook.Admission{Handler: admission.HandlerFunc(h.MutateNamespace)})
 }
 
 // Handlers are the webhooks' admission handlers.
@@ -215,37 +217,27 @@ func NewHandlers(opts Options, reader client.Reader) *Handlers {
 	return h
 }
 
-// policyFor returns the spec of the DeferPolicy that applies to a Job, or a
-// denial.
-func (h *Handlers) policyFor(ctx context.Context, job *batchv1.Job) (*v1.DeferPolicySpec, *admission.Response) {
-	return h.policyApplying(ctx, job.Namespace, policyName(job), "kdefer cannot manage this Job")
+// policyFor returns the policy that applies to a Job, or a denial.
+func (h *Handlers) policyFor(ctx context.Context, job *batchv1.Job) (resolve.Applied, *admission.Response) {
+	return h.policyApplying(ctx, resolve.JobSubject(job), "kdefer cannot manage this Job")
 }
 
-// policyName is the DeferPolicy a Job names: its own annotation, else its
-// pod template's ("" for none).
-func policyName(job *batchv1.Job) string {
-	if name := job.Annotations[v1.AnnotationPolicy]; name != "" {
-		return name
-	}
-	return job.Spec.Template.Annotations[v1.AnnotationPolicy]
-}
-
-// policyApplying returns the spec of the DeferPolicy that applies to an
-// object of namespace ns that names policy named (nil for none; see
+// policyApplying returns the policy that applies to subject s (see
 // resolve.Policy), or a denial that starts with intro.
-func (h *Handlers) policyApplying(ctx context.Context, ns, named, intro string) (*v1.DeferPolicySpec, *admission.Response) {
-	applied, err := h.resolvePolicy(ctx, ns, named)
+func (h *Handlers) policyApplying(ctx context.Context, s resolve.Subject, intro string) (resolve.Applied, *admission.Response) {
+	applied, err := h.resolvePolicy(ctx, s)
 	if err != nil {
-		r := policyDenial(ns, named, intro, err)
-		return nil, &r
+		r := policyDenial(s.Namespace, s.Named, intro, err)
+		return resolve.Applied{}, &r
 	}
-	return applied.Spec(), nil
+	return applied, nil
 }
 
 // resolvePolicy is resolve.Policy on the cluster: a named policy read by
-// the API reader, the namespace's default through the cache.
-func (h *Handlers) resolvePolicy(ctx context.Context, ns, named string) (resolve.Applied, error) {
-	return resolve.Policy(ctx, resolve.Cluster{Reader: h.reader, Cache: h.cache}, ns, named)
+// the API reader, the namespace's default, the ClusterDeferPolicies and
+// the namespace's labels through the cache.
+func (h *Handlers) resolvePolicy(ctx context.Context, s resolve.Subject) (resolve.Applied, error) {
+	return resolve.Policy(ctx, resolve.Cluster{Reader: h.reader, Cache: h.cache}, s)
 }
 
 // policyDenial is the response to an error of resolvePolicy: a denial
@@ -253,10 +245,11 @@ func (h *Handlers) resolvePolicy(ctx context.Context, ns, named string) (resolve
 func policyDenial(ns, named, intro string, err error) admission.Response {
 	var annErr *v1.AnnotationError
 	var ambiguous *resolve.AmbiguousDefaultError
+	var ambiguousCluster *resolve.AmbiguousClusterError
 	switch {
 	case apierrors.IsNotFound(err):
 		return admission.Denied(policyMissing(ns, named))
-	case errors.As(err, &annErr) || errors.As(err, &ambiguous):
+	case errors.As(err, &annErr) || errors.As(err, &ambiguous) || errors.As(err, &ambiguousCluster):
 		return denial(intro, err)
 	default:
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -280,17 +273,24 @@ func (h *Handlers) MutateJob(ctx context.Context, req admission.Request) admissi
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if !check {
+	if !check && !review.PlatformCandidate(&req.AdmissionRequest, job) {
 		if review.LabelAdded(&req.AdmissionRequest, job) {
 			return admission.Allowed("").WithWarnings(fmt.Sprintf("label %s was added to an existing Job: its pod template cannot change any more, so kdefer does not manage its pods; recreate the Job with the label (or pipe it through `kdefer render`)", v1.LabelEnabled))
 		}
 		return admission.Allowed("")
 	}
-	pol, deny := h.policyFor(ctx, job)
+	applied, deny := h.policyFor(ctx, job)
 	if deny != nil {
 		return *deny
 	}
-	rendered, err := render.Job(job, pol, h.opts.Render)
+	// A new Job without kdefer's label is armed only if a
+	// ClusterDeferPolicy selects it, and then labelled, so that it is
+	// checked and watched as any opted-in Job.
+	job, armed := resolve.MarkJob(job, applied)
+	if !armed {
+		return admission.Allowed("")
+	}
+	rendered, err := render.Job(job, applied.Spec(), h.opts.Render)
 	if err != nil {
 		log.V(1).Info("refused job", "problems", render.Problems(err))
 		return denial("kdefer cannot manage this Job", err)
@@ -312,14 +312,19 @@ func (h *Handlers) ValidateJob(ctx context.Context, req admission.Request) admis
 	if !check {
 		return admission.Allowed("")
 	}
-	pol, deny := h.policyFor(ctx, job)
+	applied, deny := h.policyFor(ctx, job)
 	if deny != nil {
 		return *deny
 	}
+	pol := applied.Spec()
 	if _, err := render.Job(job, pol, h.opts.Render); err != nil {
 		return denial("kdefer cannot manage this Job", err)
 	}
-	if ok, why := render.IsRendered(job, pol, h.opts.Render); !ok {
+	ok, why := render.IsRendered(job, pol, h.opts.Render)
+	if got, want := job.Spec.Template.Annotations[v1.AnnotationClusterPolicy], applied.ClusterName(); ok && got != want {
+		ok, why = false, fmt.Sprintf("annotation %s of the pod template is %q, but the ClusterDeferPolicy that applies is %q", v1.AnnotationClusterPolicy, got, want)
+	}
+	if !ok {
 		logf.FromContext(ctx).Info("refused unrendered job", "job", req.Namespace+"/"+review.Name(&req.AdmissionRequest), "reason", why)
 		return admission.Denied(fmt.Sprintf("the Job carries label %s=true but is not rendered by kdefer: %s; fix: make sure kdefer's mutating webhook runs for it (and that no later webhook undoes its changes), or render it with `kdefer render -f job.yaml`", v1.LabelEnabled, why))
 	}

@@ -300,20 +300,32 @@ func recyclePVs(t *testing.T, env *clusterenv.Env) {
 
 // notTheJobs checks that the defer pod looks like none of Job job's pods to
 // anything that selects them: the Job controller and kubectl select by the
-// job-name and controller-uid labels, the garbage collector and Kueue follow
-// owner references. A defer pod counted as the Job's would be taken for a
-// failed or extra pod of the Job.
+// job-name and controller-uid labels, users' tools by the template's own
+// labels, the garbage collector and Kueue follow owner references. A defer
+// pod counted as the Job's would be taken for a failed or extra pod of the
+// Job: the Job's counts must be its own pods'.
 func (s *scenario) notTheJobs(job, deferPod string) {
 	s.t.Helper()
 	j, err := s.env.Clientset.BatchV1().Jobs(s.ns).Get(s.ctx, job, metav1.GetOptions{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	for _, sel := range []string{
+	sels := []string{
 		"batch.kubernetes.io/job-name=" + job, "job-name=" + job,
 		"batch.kubernetes.io/controller-uid=" + string(j.UID), "controller-uid=" + string(j.UID),
 		metav1.FormatLabelSelector(j.Spec.Selector),
-	} {
+	}
+	for k, v := range j.Spec.Template.Labels {
+		sels = append(sels, k+"="+v)
+	}
+	own, err := s.env.Clientset.CoreV1().Pods(s.ns).List(s.ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if n := j.Status.Active + j.Status.Succeeded + j.Status.Failed; int(n) > len(own.Items) || (j.Status.Ready != nil && *j.Status.Ready > j.Status.Active) {
+		s.t.Errorf("Job %s counts %d active (%v ready), %d succeeded, %d failed, more than its %d pods", job, j.Status.Active, ptr.Deref(j.Status.Ready, 0), j.Status.Succeeded, j.Status.Failed, len(own.Items))
+	}
+	for _, sel := range sels {
 		pods, err := s.env.Clientset.CoreV1().Pods(s.ns).List(s.ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			s.t.Fatal(err)

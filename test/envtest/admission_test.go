@@ -38,6 +38,7 @@ func TestAdmission(t *testing.T) {
 	t.Run("CRDValidation", func(t *testing.T) { testCRDValidation(t, env) })
 	t.Run("Webhooks", func(t *testing.T) { testWebhooks(t, env) })
 	t.Run("NamespaceDefault", func(t *testing.T) { testNamespaceDefault(t, env, policies) })
+	t.Run("ClusterPolicy", func(t *testing.T) { testClusterPolicy(t, env, policies) })
 	t.Run("CronJobs", func(t *testing.T) { testCronJobs(t, env) })
 	t.Run("RetainWorkVolumes", func(t *testing.T) { testRetainPolicy(t, env) })
 	t.Run("Kustomize", func(t *testing.T) { testKustomize(t, env) })

@@ -29,7 +29,7 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		kinds[o.GetKind()]++
 	}
 	want := map[string]int{
-		"Namespace": 2, "CustomResourceDefinition": 2, "ServiceAccount": 2, "ClusterRole": 6, "ClusterRoleBinding": 3,
+		"Namespace": 2, "CustomResourceDefinition": 3, "ServiceAccount": 2, "ClusterRole": 6, "ClusterRoleBinding": 3,
 		"Role": 5, "RoleBinding": 5, "Deployment": 1, "DaemonSet": 1, "PodDisruptionBudget": 1, "Service": 2, "MutatingWebhookConfiguration": 1,
 		"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
@@ -126,7 +126,8 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 		hooks = append(hooks, hook{w.Name, w.FailurePolicy, w.SideEffects, w.TimeoutSeconds, w.ObjectSelector, w.ClientConfig.Service})
 	}
 	paths := map[string]bool{kwebhook.MutateJobPath: true, kwebhook.ValidateJobPath: true, kwebhook.ValidatePolicyPath: true,
-		kwebhook.ValidateEvictionPath: true, kwebhook.ArmPVCPath: true, kwebhook.MutatePodPath: true, kwebhook.ValidateCronJobPath: true}
+		kwebhook.ValidateEvictionPath: true, kwebhook.ArmPVCPath: true, kwebhook.MutatePodPath: true, kwebhook.ValidateCronJobPath: true,
+		kwebhook.ValidateClusterPolicyPath: true, kwebhook.MutateNamespacePath: true}
 	for _, h := range hooks {
 		// Job and policy webhooks fail closed (nothing unrendered gets in);
 		// the eviction guard and the arming fail open (kdefer down must
@@ -137,6 +138,9 @@ func testKustomize(t *testing.T, env *envtest.Env) {
 			wantFP = admissionregistrationv1.Ignore
 		case "validate.cronjobs.kdefer.io":
 			// It only tells earlier what the Job webhook enforces.
+			wantFP = admissionregistrationv1.Ignore
+		case "label.namespaces.kdefer.io":
+			// A namespace is never blocked; the controller labels it later.
 			wantFP = admissionregistrationv1.Ignore
 		case "arm.persistentvolumeclaims.kdefer.io":
 			// It creates the pod's DeferRun, except on a dry run.

@@ -71,8 +71,10 @@ func TestNamespacedInstall(t *testing.T) {
 		w, g := mustGet(t, wide, k).DeepCopy(), mustGet(t, got, k)
 		hooks, _, _ := unstructured.NestedSlice(w.Object, "webhooks")
 		for _, h := range hooks {
-			h.(map[string]any)["namespaceSelector"] = map[string]any{"matchExpressions": []any{map[string]any{
-				"key": "kubernetes.io/metadata.name", "operator": "In", "values": []any{"team-a", "team-b"}}}}
+			// The served namespaces are added to a webhook's own selector.
+			own, _, _ := unstructured.NestedSlice(h.(map[string]any), "namespaceSelector", "matchExpressions")
+			h.(map[string]any)["namespaceSelector"] = map[string]any{"matchExpressions": append(own, map[string]any{
+				"key": "kubernetes.io/metadata.name", "operator": "In", "values": []any{"team-a", "team-b"}})}
 		}
 		if err := unstructured.SetNestedSlice(w.Object, hooks, "webhooks"); err != nil {
 			t.Fatal(err)
@@ -142,7 +144,7 @@ func grants(rules []rbacv1.PolicyRule) []string {
 // (test/envtest) checks both against an apiserver's discovery.
 func clusterScoped(grant string) bool {
 	res := strings.SplitN(strings.Split(grant, " ")[1], "/", 2)[0]
-	return slices.Contains([]string{"nodes", "persistentvolumes", "namespaces", "tokenreviews", "subjectaccessreviews"}, res)
+	return slices.Contains([]string{"nodes", "persistentvolumes", "namespaces", "tokenreviews", "subjectaccessreviews", "clusterdeferpolicies"}, res)
 }
 
 func sorted(s []string) []string {

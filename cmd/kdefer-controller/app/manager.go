@@ -224,6 +224,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mo ManagerOptions) (ctrl.
 			return nil, err
 		}
 	}
+	mo.Platform = controller.PlatformOptions{Namespace: mo.Webhook.Namespace(), Served: mo.Namespaces}
 	if err := controller.SetupWithManager(ctx, mgr, mo.Options); err != nil {
 		return nil, fmt.Errorf("setting up the controllers: %w", err)
 	}

@@ -85,6 +85,14 @@ func CronJob(req *admissionv1.AdmissionRequest) (*batchv1.CronJob, bool, error) 
 	return cj, true, nil
 }
 
+// PlatformCandidate reports a creation of a Job without kdefer's label,
+// which a ClusterDeferPolicy may arm (whether one selects it is the
+// caller's question): only such Jobs reach kdefer without the label,
+// through the webhook that selects the namespaces the policies label.
+func PlatformCandidate(req *admissionv1.AdmissionRequest, job *batchv1.Job) bool {
+	return req.Operation == admissionv1.Create && job != nil && job.Labels[v1.LabelEnabled] != "true" && job.DeletionTimestamp == nil
+}
+
 // LabelAdded reports an update that opts an existing, unrendered Job in.
 func LabelAdded(req *admissionv1.AdmissionRequest, job *batchv1.Job) bool {
 	if req.Operation != admissionv1.Update || job == nil || job.Labels[v1.LabelEnabled] != "true" {
@@ -139,4 +147,22 @@ func Name(req *admissionv1.AdmissionRequest) string {
 		return m.Metadata.Name
 	}
 	return m.Metadata.GenerateName + "*"
+}
+
+// ClusterPolicy decodes the ClusterDeferPolicy of req.
+func ClusterPolicy(req *admissionv1.AdmissionRequest) (*v1.ClusterDeferPolicy, error) {
+	p := &v1.ClusterDeferPolicy{}
+	if err := json.Unmarshal(req.Object.Raw, p); err != nil {
+		return nil, fmt.Errorf("decode the ClusterDeferPolicy: %w", err)
+	}
+	return p, nil
+}
+
+// Namespace decodes the Namespace of req.
+func Namespace(req *admissionv1.AdmissionRequest) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{}
+	if err := json.Unmarshal(req.Object.Raw, ns); err != nil {
+		return nil, fmt.Errorf("decode the Namespace: %w", err)
+	}
+	return ns, nil
 }

@@ -94,7 +94,7 @@ scope against a real apiserver's discovery). Its other documents pass as
 they are.
 */}}
 {{- define "kdefer.servedNamespacesRBAC" -}}
-{{- $cluster := list "nodes" "persistentvolumes" "namespaces" "tokenreviews" "subjectaccessreviews" }}
+{{- $cluster := list "nodes" "persistentvolumes" "namespaces" "tokenreviews" "subjectaccessreviews" "clusterdeferpolicies" }}
 {{- $namespaces := splitList "," (include "kdefer.watchNamespaces" .root) }}
 {{- range $doc := splitList "\n---\n" (include "kdefer.namespaced" .) }}
 {{- $r := fromYaml $doc }}
