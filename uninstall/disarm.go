@@ -62,8 +62,9 @@ func (d *disarmer) run(ctx context.Context) error {
 }
 
 // deleteLeftovers deletes what the controller makes for runs and would
-// delete itself: the pre-pull pods (kdefer.io/managed=prepull) and each
-// namespace's PodDisruptionBudget of defer pods. The runs they belong to
+// delete itself: the pre-pull pods (kdefer.io/managed=prepull), each
+// namespace's PodDisruptionBudget of defer pods, and the
+// kdefer.io/platform-policy label on namespaces. The runs they belong to
 // may outlive kdefer (helm keeps the CRDs), and these with them.
 func (d *disarmer) deleteLeftovers(ctx context.Context) error {
 	var pods corev1.PodList
@@ -73,6 +74,19 @@ func (d *disarmer) deleteLeftovers(ctx context.Context) error {
 	for i := range pods.Items {
 		if err := d.c.Delete(ctx, &pods.Items[i]); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting pre-pull pod %s/%s: %w", pods.Items[i].Namespace, pods.Items[i].Name, err)
+		}
+	}
+	// The label that brings a namespace's plain Jobs to the platform
+	// webhook: with kdefer gone it would mean nothing, and a reinstall
+	// labels the namespaces its ClusterDeferPolicies select again.
+	var nss corev1.NamespaceList
+	if err := d.c.List(ctx, &nss, client.HasLabels{v1.LabelPlatformPolicy}); err != nil {
+		return fmt.Errorf("listing namespaces labelled %s: %w", v1.LabelPlatformPolicy, err)
+	}
+	for i := range nss.Items {
+		ns := &nss.Items[i]
+		if err := patchRetrying(ctx, d.c, ns, func(ns *corev1.Namespace) { delete(ns.Labels, v1.LabelPlatformPolicy) }); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("removing %s from namespace %s: %w", v1.LabelPlatformPolicy, ns.Name, err)
 		}
 	}
 	var pdbs policyv1.PodDisruptionBudgetList

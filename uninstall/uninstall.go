@@ -45,6 +45,7 @@ import (
 // +kubebuilder:rbac:groups=kdefer.io,resources=deferruns,verbs=get;list;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;patch
 
 // DefaultWait is how long Run waits for runs in flight unless told: well
 // within `helm uninstall`'s default --timeout (5 minutes), which bounds the

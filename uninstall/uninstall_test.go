@@ -86,6 +86,9 @@ func TestRun(t *testing.T) {
 	for _, ns := range []string{"kdefer-system", "jobs"} {
 		must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
+	// A namespace a ClusterDeferPolicy selected.
+	platformNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "platform", Labels: map[string]string{v1.LabelPlatformPolicy: "site", "team": "a"}}}
+	must(t, c.Create(ctx, platformNS))
 	w := &world{t: t, ctx: ctx, c: c, ns: "jobs"}
 	dep := controllerDeployment()
 	must(t, c.Create(ctx, dep))
@@ -226,6 +229,11 @@ func TestRun(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(pdb), pdb); !apierrors.IsNotFound(err) {
 		t.Errorf("PodDisruptionBudget %s: %v; want it deleted", pdb.Name, err)
+	}
+
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(platformNS), platformNS))
+	if _, ok := platformNS.Labels[v1.LabelPlatformPolicy]; ok || platformNS.Labels["team"] != "a" {
+		t.Errorf("namespace %s labels %v; want %s removed, the others kept", platformNS.Name, platformNS.Labels, v1.LabelPlatformPolicy)
 	}
 
 	// kdefer release frees a kept volume, even with its run gone.
