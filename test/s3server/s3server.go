@@ -38,6 +38,8 @@ type Server struct {
 	t        testing.TB
 	bin, dir string
 	region   string
+	env      []string
+	certsDir string
 	addr     string
 	console  string
 	log      *syncBuffer
@@ -72,6 +74,13 @@ type Options struct {
 	// MinIO then takes any. With one, it refuses requests signed for
 	// another region, as AWS and Ceph RGW zone groups do.
 	Region string
+	// Env is more of MinIO's environment (NAME=value), e.g. an OpenID
+	// provider for its STS (MINIO_IDENTITY_OPENID_*).
+	Env []string
+	// CAs are PEM certificates MinIO trusts besides the system's, for the
+	// servers it calls itself (an OpenID provider): written to its certs
+	// directory's CAs/, where MinIO reads them.
+	CAs []byte
 }
 
 // StartWith is Start with options.
@@ -88,7 +97,16 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		skipOrFail(t, "KDEFER_MINIO=%s is not an executable", bin)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddrOn(t, host), console: freeAddr(t), log: &syncBuffer{}, region: opts.Region}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddrOn(t, host), console: freeAddr(t), log: &syncBuffer{}, region: opts.Region, env: opts.Env}
+	if len(opts.CAs) > 0 {
+		s.certsDir = filepath.Join(s.dir, "certs")
+		if err := os.MkdirAll(filepath.Join(s.certsDir, "CAs"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.certsDir, "CAs", "ca.crt"), opts.CAs, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(func() {
 		s.Kill()
 		if t.Failed() {
@@ -117,9 +135,14 @@ func freeAddrOn(t testing.TB, host string) string {
 func (s *Server) start() {
 	s.t.Helper()
 	s.mu.Lock()
-	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.addr, "--console-address", s.console, filepath.Join(s.dir, "data"))
+	args := []string{"server", "--quiet", "--address", s.addr, "--console-address", s.console}
+	if s.certsDir != "" {
+		args = append(args, "--certs-dir", s.certsDir)
+	}
+	cmd := exec.Command(s.bin, append(args, filepath.Join(s.dir, "data"))...)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey, "MINIO_BROWSER=off",
 		"MINIO_UPDATE=off", "MINIO_CALLHOME_ENABLE=off")
+	cmd.Env = append(cmd.Env, s.env...)
 	if s.region != "" {
 		cmd.Env = append(cmd.Env, "MINIO_SITE_REGION="+s.region)
 	}
