@@ -75,14 +75,17 @@ func withWebIdentity(volumes []corev1.Volume, pol *v1.DeferPolicySpec) []corev1.
 }
 
 // withIdentity gives a template whose policy stages in the policy's
-// identity: its ServiceAccount when the template names none, so that the
-// stage-in token names the ServiceAccount the defer pods run as, and its
-// image pull Secrets (for the stage image) besides the template's own.
+// identity: with a web identity, its ServiceAccount when the template names
+// none, so that the stage-in token names the ServiceAccount the defer pods
+// run as; and its image pull Secrets (for the stage image) besides the
+// template's own. Not the ServiceAccount without a web identity: an
+// identity the platform gives by ServiceAccount alone (GKE's metadata
+// server) reaches every container of the pod, the main containers too.
 func withIdentity(spec *corev1.PodSpec, pol *v1.DeferPolicySpec) {
 	if len(pol.StageIn) == 0 {
 		return
 	}
-	if pol.ServiceAccountName != "" && spec.ServiceAccountName == "" && spec.DeprecatedServiceAccount == "" {
+	if pol.WebIdentity != nil && pol.ServiceAccountName != "" && spec.ServiceAccountName == "" && spec.DeprecatedServiceAccount == "" {
 		spec.ServiceAccountName = pol.ServiceAccountName
 	}
 	for _, s := range pol.ImagePullSecrets {

@@ -136,3 +136,20 @@ func TestRenderWebIdentityJobsOwn(t *testing.T) {
 		t.Logf("refused: %v", err)
 	}
 }
+
+// Without a web identity the template keeps the namespace's default
+// ServiceAccount: an identity given by ServiceAccount alone (GKE's metadata
+// server) would reach its main containers.
+func TestRenderServiceAccountOnlyWithWebIdentity(t *testing.T) {
+	job := rt.MakeJob("j", ns).Obj()
+	job.Annotations = map[string]string{v1.AnnotationPolicy: "p"}
+	pol := identityPolicy()
+	pol.WebIdentity = nil
+	out, err := render.Job(job, pol, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa := out.Spec.Template.Spec.ServiceAccountName; sa != "" {
+		t.Errorf("serviceAccountName %q, want none without webIdentity", sa)
+	}
+}

@@ -56,10 +56,10 @@ type DeferPolicySpec struct {
 
 	// serviceAccountName is the ServiceAccount of the policy's defer pods
 	// (default: the namespace's default). It must exist in the pod's
-	// namespace. It is the identity webIdentity's token names; a Job whose
-	// pod template names no ServiceAccount gets this one too when the
-	// policy stages in, so that stage-in and stage-out share the identity
-	// (docs/usage.md#cloud-identity). Give it no RBAC: no kdefer step talks
+	// namespace. It is the identity webIdentity's token names; with
+	// webIdentity, a Job whose pod template names no ServiceAccount gets
+	// this one too when the policy stages in, so that stage-in and
+	// stage-out share the identity (docs/usage.md#cloud-identity). Give it no RBAC: no kdefer step talks
 	// to the Kubernetes API with it, and defer pods mount no API token.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -106,7 +106,8 @@ type DeferPolicySpec struct {
 	// capabilities but NET_BIND_SERVICE, root, privilege escalation,
 	// unconfined profiles or host ports), they never receive the
 	// credentials Secret (envFrom is dropped), and they never mount
-	// kdefer's own volumes (kdefer-logs-token, kdefer-tmp, kdefer-s3-ca)
+	// kdefer's own volumes (kdefer-logs-token, kdefer-tmp, kdefer-s3-ca,
+	// kdefer-web-identity)
 	// nor take the built-in containers' names (stage-out, stage-logs).
 	// +optional
 	// +listType=map
