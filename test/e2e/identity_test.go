@@ -5,10 +5,8 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/sha1" //nolint:gosec // MinIO derives its role ARN with SHA-1; not a security use
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"net/http"
 	"os"
 	"slices"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,6 +62,15 @@ func TestWebIdentity(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "stager"}, AutomountServiceAccountToken: ptr.To(false)}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The exchange works before any Job relies on it: a token the
+	// apiserver issues for stager, accepted by MinIO's STS once its IAM
+	// has loaded.
+	tr, err := env.Clientset.CoreV1().ServiceAccounts(s.ns).CreateToken(s.ctx, "stager", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{stsAudience}, ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.WaitWebIdentity(s3server.OpenIDRoleARN(stsAudience), tr.Status.Token)
 	input := bytes.Repeat([]byte("event energy=42\n"), 4096)
 	if _, err := s.mc.PutObject(s.ctx, bucket, s.ns+"/dataset/event.dat", bytes.NewReader(input), int64(len(input)), minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
@@ -72,7 +80,7 @@ func TestWebIdentity(t *testing.T) {
 			StageOut:           &v1.StageOut{URL: s.stageOutURL()},
 			ServiceAccountName: "stager",
 			WebIdentity: &v1.WebIdentity{Audience: audience, S3: &v1.S3WebIdentity{
-				RoleARN: minioRoleARN(stsAudience), STSEndpoint: srv.Endpoint()}},
+				RoleARN: s3server.OpenIDRoleARN(stsAudience), STSEndpoint: srv.Endpoint()}},
 		}}
 		if stageIn {
 			p.Spec.StageIn = []v1.StageIn{{URL: "s3://" + bucket + "/" + s.ns + "/dataset/" + s.s3Query()}}
@@ -80,7 +88,9 @@ func TestWebIdentity(t *testing.T) {
 		return p
 	}
 	job := func(name, pol string) {
-		j := s.job(name, small)
+		w := small
+		w.mode = "exit 0"
+		j := s.job(name, w)
 		delete(j.Annotations, v1.AnnotationCredentials)
 		delete(j.Annotations, v1.AnnotationStageOut)
 		j.Annotations[v1.AnnotationPolicy] = pol
@@ -106,7 +116,9 @@ func TestWebIdentity(t *testing.T) {
 	}
 	run := s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 3*time.Minute)
 	s.logf("steps: %s", steps(run))
-	objs := s.checkOutputs("sim", pod, small, v1.TriggerSucceeded, "inputs/event.dat")
+	w := small
+	w.mode = "exit 0"
+	objs := s.checkOutputs("sim", pod, w, v1.TriggerSucceeded, "inputs/event.dat")
 	if got := objs["inputs/event.dat"].data; !bytes.Equal(got, input) {
 		t.Errorf("inputs/event.dat: staged in and out %d bytes, the dataset has %d", len(got), len(input))
 	}
@@ -121,7 +133,7 @@ func TestWebIdentity(t *testing.T) {
 	pod = s.waitReady(2 * time.Minute)
 	run = s.waitFinished(pod, v1.TriggerSucceeded, v1.DeferRunFailed, 3*time.Minute)
 	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunFailed)
-	if c == nil || !strings.Contains(c.Message, "web identity") || !strings.Contains(c.Message, "aud") {
+	if c == nil || !strings.Contains(c.Message, "web identity") || !strings.Contains(c.Message, "must match configured OpenID Client ID") {
 		t.Errorf("Failed condition %+v: want the refused web identity and STS's reason (the audience) named", c)
 	} else {
 		s.logf("refused: %s", c.Message)
@@ -136,15 +148,6 @@ func TestWebIdentity(t *testing.T) {
 	}
 	s.volumeReleased(run)
 	s.cleanUp("sim", "stranger")
-}
-
-// minioRoleARN is the role ARN MinIO gives an OpenID provider in
-// role-policy mode: its resource is the SHA-1 of the client ID, base64url
-// (MinIO's internal/config/identity/openid, LookupConfig), and the server
-// has no region.
-func minioRoleARN(clientID string) string {
-	h := sha1.Sum([]byte(clientID)) //nolint:gosec // MinIO's derivation
-	return "arn:minio:iam:::role/" + base64.RawURLEncoding.EncodeToString(h[:])
 }
 
 // issuerDiscovery lets unauthenticated clients read the cluster's

@@ -12,6 +12,8 @@ package s3server
 import (
 	"bytes"
 	"context"
+	"crypto/sha1" //nolint:gosec // MinIO derives its role ARN with SHA-1
+	"encoding/base64"
 	"net"
 	"net/http"
 	"net/url"
@@ -278,4 +280,39 @@ func (b *syncBuffer) tail(n int) string {
 		s = s[len(s)-n:]
 	}
 	return s
+}
+
+// OpenIDRoleARN is the role ARN MinIO gives an OpenID provider configured
+// in role-policy mode (MINIO_IDENTITY_OPENID_ROLE_POLICY), the RoleArn an
+// AssumeRoleWithWebIdentity names: its resource is the base64url SHA-1 of
+// the provider's client ID (MinIO's internal/config/identity/openid,
+// LookupConfig), and these servers have no region.
+func OpenIDRoleARN(clientID string) string {
+	h := sha1.Sum([]byte(clientID)) //nolint:gosec // MinIO's derivation, not a security use
+	return "arn:minio:iam:::role/" + base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// WaitWebIdentity exchanges token for roleARN at the server's STS
+// (AssumeRoleWithWebIdentity) until it succeeds, and fails the test after
+// 30 s. MinIO answers S3 requests before its IAM has loaded, and refuses
+// every exchange until then ("None of the given policies ... are
+// defined"): a test's first exchange must not be that one.
+func (s *Server) WaitWebIdentity(roleARN, token string) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		creds, err := credentials.NewSTSWebIdentity(s.Endpoint(), func() (*credentials.WebIdentityToken, error) {
+			return &credentials.WebIdentityToken{Token: token}, nil
+		}, func(i *credentials.STSWebIdentity) { i.RoleARN = roleARN })
+		if err == nil {
+			_, err = creds.GetWithContext(nil)
+		}
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("AssumeRoleWithWebIdentity at %s for %s: %v\n%s", s.Endpoint(), roleARN, err, s.log.tail(4000))
+		}
+		time.Sleep(200 * time.Millisecond) // IAM still loading
+	}
 }
