@@ -311,7 +311,7 @@ func (s *Server) WaitWebIdentity(roleARN, token string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("AssumeRoleWithWebIdentity at %s for %s: %v\n%s", s.Endpoint(), roleARN, err, s.log.tail(4000))
+			s.t.Fatalf("AssumeRoleWithWebIdentity at %s for %s: %v\n%s", s.Endpoint(), roleARN, err, s.log.tail(2000))
 		}
 		time.Sleep(200 * time.Millisecond) // IAM still loading
 	}
