@@ -37,9 +37,11 @@ func WebIdentity(pol *v1.DeferPolicySpec) (*corev1.Volume, *corev1.VolumeMount, 
 		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
 			Audience: w.TokenAudience(), ExpirationSeconds: &exp, Path: path.Base(v1.WebIdentityTokenFile),
 		}}},
-		// The default mode (0644): the stage steps run as the main
-		// containers' user or the defer pod's, and no other container
-		// mounts the volume.
+		// The default mode (0644), spelt out as the apiserver defaults it,
+		// so that a rendered template stays rendered once stored
+		// (IsRendered): the stage steps run as the main containers' user
+		// or the defer pod's, and no other container mounts the volume.
+		DefaultMode: ptr(int32(corev1.ProjectedVolumeSourceDefaultMode)),
 	}}}
 	mount := &corev1.VolumeMount{Name: WebIdentityVolume, MountPath: path.Dir(v1.WebIdentityTokenFile), ReadOnly: true}
 	var env []corev1.EnvVar
