@@ -186,6 +186,11 @@ func Steps(run *v1.DeferRun, opts DeferPodOptions) []Step {
 		if _, m := render.S3CABundle(pol); m != nil {
 			c.VolumeMounts = append(c.VolumeMounts, *m)
 		}
+		if _, m, idEnv := render.WebIdentity(pol); m != nil {
+			// The token only in the steps that need it: kdefer's.
+			c.VolumeMounts = append(c.VolumeMounts, *m)
+			c.Env = append(c.Env, idEnv...)
+		}
 		withLogs(&c, so, opts.Logs, v1.DeferPodName(run))
 		if pol.Credentials != nil && pol.Credentials.Name != "" {
 			// Credentials only in the step that needs them.
@@ -252,6 +257,9 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 	if v, _ := render.S3CABundle(pol); v != nil && pol.StageOut != nil && pol.StageOut.URL != "" {
 		volumes = append(volumes, *v)
 	}
+	if v, _, _ := render.WebIdentity(pol); v != nil && mountsVolume(&steps[0].Container, map[string]bool{v1.WebIdentityVolume: true}) {
+		volumes = append(volumes, *v)
+	}
 	logsToken := mountsVolume(&steps[0].Container, map[string]bool{v1.LogsTokenVolume: true})
 	if logsToken {
 		volumes = append(volumes, logsVolume())
@@ -283,7 +291,12 @@ func BuildDeferPod(run *v1.DeferRun, opts DeferPodOptions) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			// The dead pod's node: its volume is bound there, and nodeName
 			// bypasses the scheduler and so a cordon.
-			NodeName:                      run.Status.NodeName,
+			NodeName: run.Status.NodeName,
+			// The policy's identity: what the web identity token names,
+			// and what the kubelet pulls the images with. No API token
+			// is mounted (AutomountServiceAccountToken).
+			ServiceAccountName:            pol.ServiceAccountName,
+			ImagePullSecrets:              slices.Clone(pol.ImagePullSecrets),
 			RestartPolicy:                 corev1.RestartPolicyOnFailure,
 			ActiveDeadlineSeconds:         ptr.To(deadline),
 			InitContainers:                inits,

@@ -94,7 +94,8 @@ func logsVolume() corev1.Volume {
 // the logs endpoint for the defer containers' logs, every attempt, stores
 // them under the prefix's _kdefer/logs/DEFERPOD/ and lists them in
 // stagecontract.StepLogsKey. It has what the stage-out step has for that
-// (the endpoint, the token, the store's credentials and CA), and no work
+// (the endpoint, the token, the store's credentials, web identity token
+// and CA), and no work
 // volume: the defer containers, the tenant's code, never mount the token.
 func logsSidecar(stage *corev1.Container) corev1.Container {
 	c := *stage.DeepCopy()
@@ -117,7 +118,7 @@ func logsSidecar(stage *corev1.Container) corev1.Container {
 		}
 	}
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-		return m.Name != v1.LogsTokenVolume && m.Name != v1.S3CABundleVolume
+		return m.Name != v1.LogsTokenVolume && m.Name != v1.S3CABundleVolume && m.Name != v1.WebIdentityVolume
 	})
 	return c
 }

@@ -90,9 +90,10 @@ func configResolved(s *runState) {
 }
 
 // stepReason says whether a ConfigError reason is one the defer pod's
-// kubelet reported (stepConfigProblem), which only the pod can resolve.
+// kubelet reported (stepConfigProblem), or its creation
+// (waitForServiceAccount), which only the pod can resolve.
 func stepReason(reason string) bool {
-	return reason == v1.ReasonSecretNotFound || reason == v1.ReasonStepConfig
+	return reason == v1.ReasonSecretNotFound || reason == v1.ReasonStepConfig || reason == v1.ReasonServiceAccountNotFound
 }
 
 // kubeletSecretNotFound is how the kubelet says a Secret a container needs

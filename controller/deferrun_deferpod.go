@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -81,6 +82,9 @@ func (r *RunReconciler) startDeferPod(ctx context.Context, s *runState, relocate
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return endWrite, errRequeue
+		}
+		if serviceAccountMissing(err) {
+			return r.waitForServiceAccount(ctx, s, cmp.Or(pod.Spec.ServiceAccountName, "default"))
 		}
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			// Nothing can be created in a namespace being deleted, and its

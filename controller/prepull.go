@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,7 +73,10 @@ func BuildPrePullPod(run *v1.DeferRun, node, image string, pull corev1.PullPolic
 			OwnerReferences: []metav1.OwnerReference{owner},
 		},
 		Spec: corev1.PodSpec{
-			NodeName:                     node,
+			NodeName: node,
+			// The defer pods' pull Secrets. Not their ServiceAccount: a
+			// missing one would fail this pod, which only saves a pull.
+			ImagePullSecrets:             slices.Clone(run.Spec.Policy.ImagePullSecrets),
 			RestartPolicy:                corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:        ptr.To(int64(600)),
 			AutomountServiceAccountToken: ptr.To(false),

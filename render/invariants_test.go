@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,11 +29,26 @@ func simulateDefaults(j *batchv1.Job) {
 			}
 		}
 	}
+	mode := int32(corev1.SecretVolumeSourceDefaultMode)
 	for i := range spec.Volumes {
-		if e := spec.Volumes[i].Ephemeral; e != nil {
+		v := &spec.Volumes[i]
+		if e := v.Ephemeral; e != nil {
 			fs := corev1.PersistentVolumeFilesystem
 			e.VolumeClaimTemplate.Spec.VolumeMode = &fs
 		}
+		if v.Secret != nil && v.Secret.DefaultMode == nil {
+			v.Secret.DefaultMode = &mode
+		}
+		if v.ConfigMap != nil && v.ConfigMap.DefaultMode == nil {
+			v.ConfigMap.DefaultMode = &mode
+		}
+		if v.Projected != nil && v.Projected.DefaultMode == nil {
+			v.Projected.DefaultMode = &mode
+		}
+	}
+	// The v1 conversion copies the ServiceAccount's name to its deprecated alias.
+	if spec.ServiceAccountName != "" {
+		spec.DeprecatedServiceAccount = spec.ServiceAccountName
 	}
 }
 
@@ -94,6 +110,18 @@ func unrender(t *testing.T, rendered, orig *batchv1.Job) *batchv1.Job {
 		}
 	}
 	tmpl.Spec.Volumes = vols
+	// The policy's identity, for its stage-in: a ServiceAccount where the
+	// template named none, image pull Secrets besides the template's.
+	if otmpl.Spec.ServiceAccountName == "" {
+		tmpl.Spec.ServiceAccountName = ""
+	}
+	var pulls []corev1.LocalObjectReference
+	for _, p := range tmpl.Spec.ImagePullSecrets {
+		if slices.Contains(otmpl.Spec.ImagePullSecrets, p) {
+			pulls = append(pulls, p)
+		}
+	}
+	tmpl.Spec.ImagePullSecrets = pulls
 	for i := range tmpl.Spec.Containers {
 		var ms []corev1.VolumeMount
 		for _, m := range tmpl.Spec.Containers[i].VolumeMounts {

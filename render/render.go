@@ -346,6 +346,8 @@ func podTemplate(ownerAnnotations map[string]string, tmpl *corev1.PodTemplateSpe
 	}
 	spec.InitContainers = initc
 	spec.Volumes = withS3CABundle(spec.Volumes, &pol)
+	spec.Volumes = withWebIdentity(spec.Volumes, &pol)
+	withIdentity(spec, &pol)
 
 	if len(errs) > 0 {
 		return errors.Join(errs...)

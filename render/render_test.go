@@ -86,6 +86,20 @@ var shapes = []struct {
 		policy: &rt.MakePolicy("team", ns, "gs://team/{job}/{pod}/").Credentials("gcs").StageIn("gs://team/in/", "").WorkVolume("work", "/work", "2Gi").Obj().Spec,
 	},
 	{
+		// The volumes render adds that the apiserver then defaults (a
+		// projected token, a Secret's key): the rendered and defaulted
+		// Job is still rendered, as the validating webhook sees it.
+		name: "web-identity-ca-bundle-stagein",
+		job:  rt.MakeJob("cloud", ns).Annotation(v1.AnnotationPolicy, "cloud").Obj(),
+		policy: &v1.DeferPolicySpec{
+			StageOut: &v1.StageOut{URL: "s3://out/{pod}/"}, StageIn: []v1.StageIn{{URL: "s3://in/data/"}},
+			ServiceAccountName: "stager", ImagePullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}},
+			WebIdentity: &v1.WebIdentity{S3: &v1.S3WebIdentity{RoleARN: "arn:aws:iam::1:role/r"}},
+			S3: &v1.S3Settings{CABundle: &v1.CABundleSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "site-ca"}, Key: "ca.crt"}}},
+		},
+	},
+	{
 		name: "existing-ephemeral-volume",
 		job: rt.MakeJob("ephemeral", ns).StageOut(url).Annotation(v1.AnnotationWorkVolume, "work").
 			Volume(corev1.Volume{Name: "work", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{

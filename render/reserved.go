@@ -14,10 +14,10 @@ import (
 // kdefer-stage-in, or the kdefer.io/rendered annotation. So a name alone
 // never makes a container kdefer's. In a template without the annotation,
 // every reserved name is refused. In one with it, render takes the
-// stage-in containers and the CA bundle volume for its own earlier output,
-// and rebuilds them from the policy (or drops them): whatever a forger put
-// there, what runs with the credentials is kdefer's image and command
-// (ownFields).
+// stage-in containers and the CA bundle and web identity volumes for its
+// own earlier output, and rebuilds them from the policy (or drops them):
+// whatever a forger put there, what runs with the credentials is kdefer's
+// image and command (ownFields).
 
 // ownStageIn reports whether c, an init container of a template render
 // marked rendered, is one render made: it is rebuilt or dropped, never
@@ -33,8 +33,8 @@ func checkReserved(spec *corev1.PodSpec, specPath string, rendered bool) []error
 	p := field.NewPath(specPath)
 	var errs field.ErrorList
 	for i, v := range spec.Volumes {
-		if rendered && v.Name == v1.S3CABundleVolume {
-			continue // render's own, replaced by withS3CABundle
+		if rendered && (v.Name == v1.S3CABundleVolume || v.Name == v1.WebIdentityVolume) {
+			continue // render's own, replaced by withS3CABundle and withWebIdentity
 		}
 		errs = append(errs, v1.ValidateVolumeName(v.Name, p.Child("volumes").Index(i).Child("name"))...)
 	}

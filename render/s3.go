@@ -23,13 +23,16 @@ func S3CABundle(pol *v1.DeferPolicySpec) (*corev1.Volume, *corev1.VolumeMount) {
 	}
 	ca := pol.S3.CABundle
 	file := path.Base(v1.S3CABundleFile)
+	// The mode the apiserver defaults, spelt out so that a rendered
+	// template stays rendered once stored (IsRendered).
+	mode := ptr(int32(corev1.SecretVolumeSourceDefaultMode))
 	vol := &corev1.Volume{Name: S3CABundleVolume}
 	switch {
 	case ca.SecretKeyRef != nil:
-		vol.Secret = &corev1.SecretVolumeSource{SecretName: ca.SecretKeyRef.Name,
+		vol.Secret = &corev1.SecretVolumeSource{SecretName: ca.SecretKeyRef.Name, DefaultMode: mode,
 			Items: []corev1.KeyToPath{{Key: ca.SecretKeyRef.Key, Path: file}}}
 	case ca.ConfigMapKeyRef != nil:
-		vol.ConfigMap = &corev1.ConfigMapVolumeSource{LocalObjectReference: ca.ConfigMapKeyRef.LocalObjectReference,
+		vol.ConfigMap = &corev1.ConfigMapVolumeSource{LocalObjectReference: ca.ConfigMapKeyRef.LocalObjectReference, DefaultMode: mode,
 			Items: []corev1.KeyToPath{{Key: ca.ConfigMapKeyRef.Key, Path: file}}}
 	default:
 		return nil, nil // refused by validation

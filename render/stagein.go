@@ -12,7 +12,8 @@ import (
 
 // stageInContainer is a stage-in init container: kdefer-stage with the
 // pod's identity in the stagecontract environment, the work volume and,
-// alone among the pod's containers, the credentials.
+// alone among the pod's containers, the credentials (the Secret, or the
+// web identity token).
 func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts Options) corev1.Container {
 	f := func(p string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: p}}
@@ -52,6 +53,10 @@ func stageInContainer(name string, in v1.StageIn, pol v1.DeferPolicySpec, opts O
 	}
 	if _, m := S3CABundle(&pol); m != nil {
 		c.VolumeMounts = append(c.VolumeMounts, *m)
+	}
+	if _, m, env := WebIdentity(&pol); m != nil {
+		c.VolumeMounts = append(c.VolumeMounts, *m)
+		c.Env = append(c.Env, env...)
 	}
 	if pol.Credentials != nil {
 		c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: *pol.Credentials}}}

@@ -54,6 +54,37 @@ type DeferPolicySpec struct {
 	// +optional
 	Credentials *corev1.LocalObjectReference `json:"credentials,omitempty"`
 
+	// serviceAccountName is the ServiceAccount of the policy's defer pods
+	// (default: the namespace's default). It must exist in the pod's
+	// namespace. It is the identity webIdentity's token names; with
+	// webIdentity, a Job whose pod template names no ServiceAccount gets
+	// this one too when the policy stages in, so that stage-in and
+	// stage-out share the identity (docs/usage.md#cloud-identity). Give it no RBAC: no kdefer step talks
+	// to the Kubernetes API with it, and defer pods mount no API token.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="serviceAccountName must be a DNS subdomain (lowercase letters, digits, '-' and '.')"
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// imagePullSecrets are Secrets of the pod's namespace the kubelet pulls
+	// the defer pods' images with (the stage image, the defer containers'),
+	// added to the pods of Jobs that stage in (for the stage image) and to
+	// the pre-pull pods.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// webIdentity gives kdefer's stage steps, and them alone, a projected
+	// service-account token to exchange for the store's temporary
+	// credentials (AWS IRSA, an S3 server's STS, Azure workload identity)
+	// instead of a credentials Secret. The token names the pod's
+	// ServiceAccount: serviceAccountName in the defer pod, the Job's in its
+	// stage-in container. Main containers and defer containers never mount
+	// it.
+	// +optional
+	WebIdentity *WebIdentity `json:"webIdentity,omitempty"`
+
 	// s3 sets S3-compatibility switches (checksum mode, addressing style,
 	// region, a CA bundle) for every s3:// URL of stageOut and stageIn; a
 	// parameter a URL sets itself wins (docs/stage.md#s3-settings).
@@ -75,7 +106,8 @@ type DeferPolicySpec struct {
 	// capabilities but NET_BIND_SERVICE, root, privilege escalation,
 	// unconfined profiles or host ports), they never receive the
 	// credentials Secret (envFrom is dropped), and they never mount
-	// kdefer's own volumes (kdefer-logs-token, kdefer-tmp, kdefer-s3-ca)
+	// kdefer's own volumes (kdefer-logs-token, kdefer-tmp, kdefer-s3-ca,
+	// kdefer-web-identity)
 	// nor take the built-in containers' names (stage-out, stage-logs).
 	// +optional
 	// +listType=map
@@ -139,6 +171,73 @@ type DeferPolicySpec struct {
 	// node to return before it fails with reason NodeLost (default 10m).
 	// +optional
 	NodeLostTimeout *metav1.Duration `json:"nodeLostTimeout,omitempty"`
+}
+
+// WebIdentity is the projected token kdefer's stage steps exchange for a
+// store's credentials, and where they exchange it: exactly one of s3 and
+// azure.
+// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.azure)",message="webIdentity needs exactly one of s3 and azure: set webIdentity.s3.roleARN (AWS, or an S3 server's STS) or webIdentity.azure (clientID, tenantID)"
+type WebIdentity struct {
+	// audience of the token: the one the identity provider trusts
+	// (default sts.amazonaws.com with s3, api://AzureADTokenExchange with
+	// azure; an S3 server's OpenID client ID).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Audience string `json:"audience,omitempty"`
+
+	// expirationSeconds is the token's lifetime (default 3600, at least
+	// 600, the least the apiserver issues); the kubelet renews it at 80%.
+	// +optional
+	// +kubebuilder:validation:Minimum=600
+	// +kubebuilder:validation:Maximum=86400
+	ExpirationSeconds *int64 `json:"expirationSeconds,omitempty"`
+
+	// s3 exchanges the token at an STS (AssumeRoleWithWebIdentity) for
+	// s3:// URLs.
+	// +optional
+	S3 *S3WebIdentity `json:"s3,omitempty"`
+
+	// azure exchanges the token at Microsoft Entra ID (workload identity
+	// federation) for azblob:// URLs.
+	// +optional
+	Azure *AzureWebIdentity `json:"azure,omitempty"`
+}
+
+// S3WebIdentity is the role an S3 stage step assumes with its token.
+type S3WebIdentity struct {
+	// roleARN is the role assumed (AWS_ROLE_ARN): on AWS an IAM role whose
+	// trust policy admits the cluster's OIDC provider, the audience and
+	// the subject system:serviceaccount:NAMESPACE:SERVICEACCOUNT.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	RoleARN string `json:"roleARN"`
+
+	// stsEndpoint is the STS the token is exchanged at
+	// (AWS_ENDPOINT_URL_STS; default: the region's AWS STS), e.g. an
+	// S3-compatible server's own (MinIO: its S3 endpoint).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://')",message="webIdentity.s3.stsEndpoint must be an http:// or https:// URL"
+	STSEndpoint string `json:"stsEndpoint,omitempty"`
+}
+
+// AzureWebIdentity is the Entra ID application or managed identity an
+// azblob stage step signs in as with its token.
+type AzureWebIdentity struct {
+	// clientID of the application or user-assigned managed identity whose
+	// federated credential admits the token (AZURE_CLIENT_ID).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	ClientID string `json:"clientID"`
+
+	// tenantID of the Entra ID tenant (AZURE_TENANT_ID).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	TenantID string `json:"tenantID"`
 }
 
 // StageOut configures the built-in upload.

@@ -78,8 +78,12 @@ const (
 	// or a ConfigMap, that does not exist.
 	ReasonSecretNotFound = "SecretNotFound"
 	ReasonStepConfig     = "StepConfigError"
-	ReasonBadAnnotation  = "InvalidAnnotation"
-	ReasonResolved       = "Resolved"
+	// ServiceAccountNotFound: the defer pod was refused for want of the
+	// policy's serviceAccountName; kdefer creates it again until the
+	// run's deadline.
+	ReasonServiceAccountNotFound = "ServiceAccountNotFound"
+	ReasonBadAnnotation          = "InvalidAnnotation"
+	ReasonResolved               = "Resolved"
 	// InvalidPolicy: the named DeferPolicy, with the pod's annotations,
 	// breaks a rule admission now applies (a policy stored before it).
 	ReasonInvalidPolicy = "InvalidPolicy"

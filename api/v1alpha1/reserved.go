@@ -47,6 +47,10 @@ const (
 	// LogsTokenVolume holds the stage steps' projected token for kdefer's
 	// logs endpoint, in a defer pod.
 	LogsTokenVolume = "kdefer-logs-token"
+	// WebIdentityVolume holds the stage steps' projected token for the
+	// store's identity provider (spec.webIdentity), in a rendered pod
+	// (stage-in) and a defer pod (stage-out and stage-logs).
+	WebIdentityVolume = "kdefer-web-identity"
 	// TmpVolume is the stage-out step's /tmp (its spilled file lists and
 	// manifest), in a defer pod.
 	TmpVolume = "kdefer-tmp"
@@ -54,9 +58,10 @@ const (
 
 // reservedVolumes says what each of kdefer's volumes holds, for the errors.
 var reservedVolumes = map[string]string{
-	S3CABundleVolume: "the stage steps' S3 CA bundle",
-	LogsTokenVolume:  "the stage steps' token for kdefer's logs endpoint",
-	TmpVolume:        "the stage-out step's /tmp",
+	S3CABundleVolume:  "the stage steps' S3 CA bundle",
+	LogsTokenVolume:   "the stage steps' token for kdefer's logs endpoint",
+	TmpVolume:         "the stage-out step's /tmp",
+	WebIdentityVolume: "the stage steps' token for the store's identity provider",
 }
 
 // IsReservedVolume reports whether name is the name of a volume kdefer adds

@@ -55,6 +55,7 @@ func ValidateDeferPolicySpec(s *DeferPolicySpec, fld *field.Path) field.ErrorLis
 			errs = append(errs, field.Invalid(fld.Child("credentials", "name"), s.Credentials.Name, m))
 		}
 	}
+	errs = append(errs, validateIdentity(s, fld)...)
 	wv := fld.Child("workVolume")
 	if n := s.WorkVolume.Name; n != "" {
 		for _, m := range validation.IsDNS1123Label(n) {

@@ -61,6 +61,27 @@ func TestValidateDeferPolicySpec(t *testing.T) {
 			"spec.deferContainers[0].volumeMounts[1].name: Forbidden", "spec.deferContainers[0].volumeMounts[2].name: Forbidden",
 			"spec.deferContainers[0].volumeMounts[3].name: Forbidden",
 		}},
+		{name: "identity", mod: func(s *DeferPolicySpec) {
+			s.ServiceAccountName = "stager"
+			s.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
+			s.WebIdentity = &WebIdentity{S3: &S3WebIdentity{RoleARN: "arn:aws:iam::1:role/r", STSEndpoint: "https://sts.example"}}
+		}},
+		{name: "bad identity", mod: func(s *DeferPolicySpec) {
+			s.ServiceAccountName = "Stager"
+			s.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "reg_cred"}}
+			s.Credentials = &corev1.LocalObjectReference{Name: "keys"}
+			s.WebIdentity = &WebIdentity{ExpirationSeconds: new(int64(60)), S3: &S3WebIdentity{STSEndpoint: "sts.example"}}
+		}, want: []string{
+			"spec.serviceAccountName: Invalid value", "spec.imagePullSecrets[0].name: Invalid value",
+			"spec.webIdentity.expirationSeconds: Invalid value", "spec.webIdentity.s3.roleARN: Required value",
+			"spec.webIdentity.s3.stsEndpoint: Invalid value", "spec.credentials: Invalid value",
+		}},
+		{name: "web identity for two stores", mod: func(s *DeferPolicySpec) {
+			s.WebIdentity = &WebIdentity{S3: &S3WebIdentity{RoleARN: "r"}, Azure: &AzureWebIdentity{}}
+		}, want: []string{"spec.webIdentity: Invalid value", "spec.webIdentity.azure.clientID: Required value", "spec.webIdentity.azure.tenantID: Required value"}},
+		{name: "defer container mounts the web identity token", mod: func(s *DeferPolicySpec) {
+			s.DeferContainers = []corev1.Container{{Name: "d", Image: "x", VolumeMounts: []corev1.VolumeMount{{Name: "kdefer-web-identity", MountPath: "/t"}}}}
+		}, want: []string{"spec.deferContainers[0].volumeMounts[0].name: Forbidden"}},
 		{name: "work volume named as one of kdefer's", mod: func(s *DeferPolicySpec) { s.WorkVolume.Name = "kdefer-tmp" },
 			want: []string{"spec.workVolume.name: Forbidden"}},
 		{name: "durations and limits", mod: func(s *DeferPolicySpec) {

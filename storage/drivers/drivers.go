@@ -55,6 +55,13 @@ var permanentS3 = map[string]string{
 
 // classifyS3 classes an S3 error response by its code and status.
 func classifyS3(err error) (storage.Class, string, bool) {
+	var we *webIdentityError
+	if errors.As(err, &we) {
+		if we.class == storage.Permanent {
+			return storage.Permanent, webIdentityFix, true
+		}
+		return we.class, "", true
+	}
 	var mr minio.ErrorResponse
 	if errors.As(err, &mr) {
 		if fix, ok := permanentS3[mr.Code]; ok {

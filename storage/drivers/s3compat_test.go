@@ -349,6 +349,54 @@ func TestWebIdentity(t *testing.T) {
 	}
 }
 
+// A token STS refuses fails the request with STS's reason, the role and
+// the STS named, permanently: not as the bucket's AccessDenied of an
+// anonymous request, which minio-go's credential chain falls back to.
+func TestWebIdentityRefused(t *testing.T) {
+	s3server.SetCredentials(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type></Type><Code>InvalidIdentityToken</Code>`+
+			`<Message>Incorrect token audience</Message></Error><RequestId>1</RequestId></ErrorResponse>`)
+	}))
+	defer sts.Close()
+	anonymous := 0
+	s3 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			anonymous++
+		}
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer s3.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("the-jwt"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/kdefer")
+	t.Setenv("AWS_ENDPOINT_URL_STS", sts.URL)
+	be := openURL(t, s3server.S3URL(s3.Listener.Addr().String(), "bkt", ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := be.Stat(ctx, "k")
+	if err == nil {
+		t.Fatal("Stat succeeded with a refused token")
+	}
+	for _, want := range []string{"web identity", "Incorrect token audience", "InvalidIdentityToken", "arn:aws:iam::123456789012:role/kdefer", sts.URL} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if class, fix := storage.Classify(err); class != storage.Permanent || !strings.Contains(fix, "spec.webIdentity") {
+		t.Errorf("classified %v, fix %q: want permanent, pointing at spec.webIdentity", class, fix)
+	}
+	if anonymous > 0 {
+		t.Errorf("%d anonymous requests reached the bucket", anonymous)
+	}
+}
+
 // The documented order (docs/stage.md, "S3 settings"): URL parameter, AWS
 // environment, config file profile, default.
 func TestS3SettingsOrder(t *testing.T) {

@@ -192,10 +192,14 @@ func (c s3Config) credentials(tr *http.Transport) *credentials.Credentials {
 		// instance metadata address.
 		iam.Endpoint = os.Getenv("AWS_ENDPOINT_URL_STS")
 	}
-	return credentials.NewChainCredentials([]credentials.Provider{
+	chain := &credentials.Chain{Providers: []credentials.Provider{
 		&credentials.EnvAWS{},
 		&credentials.EnvMinio{},
 		&credentials.FileAWSCredentials{},
 		iam,
-	})
+	}}
+	if os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE") == "" {
+		return credentials.New(chain)
+	}
+	return credentials.New(&webIdentityChain{Chain: chain, iam: iam})
 }

@@ -119,6 +119,14 @@ func testCRDValidation(t *testing.T, env *envtest.Env) {
 			want: "spec.locked holds stageOut but spec.stageOut is not set: set spec.stageOut.url"},
 		{name: "locked enum", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, Locked: []v1.LockedField{"deadline"}}, want: `spec.locked[0]: Unsupported value: "deadline"`},
 		{name: "trigger rule url scheme", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, TriggerRules: []v1.TriggerRule{{Triggers: []v1.Trigger{v1.TriggerSucceeded}, URL: "b/{job}/output/"}}}, want: "triggerRules[].url must start with s3://"},
+		{name: "web identity for no store", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, WebIdentity: &v1.WebIdentity{}},
+			want: "webIdentity needs exactly one of s3 and azure"},
+		{name: "sts endpoint", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, WebIdentity: &v1.WebIdentity{S3: &v1.S3WebIdentity{RoleARN: "r", STSEndpoint: "sts.example"}}},
+			want: "webIdentity.s3.stsEndpoint must be an http:// or https:// URL"},
+		{name: "token lifetime", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, WebIdentity: &v1.WebIdentity{ExpirationSeconds: ptr(int64(60)), S3: &v1.S3WebIdentity{RoleARN: "r"}}},
+			want: "spec.webIdentity.expirationSeconds: Invalid value: 60: spec.webIdentity.expirationSeconds in body should be greater than or equal to 600"},
+		{name: "service account name", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, ServiceAccountName: "Stager"},
+			want: "serviceAccountName must be a DNS subdomain"},
 		{name: "trigger enum", spec: v1.DeferPolicySpec{StageOut: &v1.StageOut{URL: "s3://b/x"}, TriggerRules: []v1.TriggerRule{{Triggers: []v1.Trigger{"Exploded"}}}}, want: `spec.triggerRules[0].triggers[0]: Unsupported value: "Exploded"`},
 	}
 	for i, tc := range cases {

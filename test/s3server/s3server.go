@@ -12,6 +12,8 @@ package s3server
 import (
 	"bytes"
 	"context"
+	"crypto/sha1" //nolint:gosec // MinIO derives its role ARN with SHA-1
+	"encoding/base64"
 	"net"
 	"net/http"
 	"net/url"
@@ -38,6 +40,8 @@ type Server struct {
 	t        testing.TB
 	bin, dir string
 	region   string
+	env      []string
+	certsDir string
 	addr     string
 	console  string
 	log      *syncBuffer
@@ -72,6 +76,13 @@ type Options struct {
 	// MinIO then takes any. With one, it refuses requests signed for
 	// another region, as AWS and Ceph RGW zone groups do.
 	Region string
+	// Env is more of MinIO's environment (NAME=value), e.g. an OpenID
+	// provider for its STS (MINIO_IDENTITY_OPENID_*).
+	Env []string
+	// CAs are PEM certificates MinIO trusts besides the system's, for the
+	// servers it calls itself (an OpenID provider): written to its certs
+	// directory's CAs/, where MinIO reads them.
+	CAs []byte
 }
 
 // StartWith is Start with options.
@@ -88,7 +99,16 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		skipOrFail(t, "KDEFER_MINIO=%s is not an executable", bin)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddrOn(t, host), console: freeAddr(t), log: &syncBuffer{}, region: opts.Region}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddrOn(t, host), console: freeAddr(t), log: &syncBuffer{}, region: opts.Region, env: opts.Env}
+	if len(opts.CAs) > 0 {
+		s.certsDir = filepath.Join(s.dir, "certs")
+		if err := os.MkdirAll(filepath.Join(s.certsDir, "CAs"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.certsDir, "CAs", "ca.crt"), opts.CAs, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(func() {
 		s.Kill()
 		if t.Failed() {
@@ -117,9 +137,14 @@ func freeAddrOn(t testing.TB, host string) string {
 func (s *Server) start() {
 	s.t.Helper()
 	s.mu.Lock()
-	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.addr, "--console-address", s.console, filepath.Join(s.dir, "data"))
+	args := []string{"server", "--quiet", "--address", s.addr, "--console-address", s.console}
+	if s.certsDir != "" {
+		args = append(args, "--certs-dir", s.certsDir)
+	}
+	cmd := exec.Command(s.bin, append(args, filepath.Join(s.dir, "data"))...)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey, "MINIO_BROWSER=off",
 		"MINIO_UPDATE=off", "MINIO_CALLHOME_ENABLE=off")
+	cmd.Env = append(cmd.Env, s.env...)
 	if s.region != "" {
 		cmd.Env = append(cmd.Env, "MINIO_SITE_REGION="+s.region)
 	}
@@ -255,4 +280,39 @@ func (b *syncBuffer) tail(n int) string {
 		s = s[len(s)-n:]
 	}
 	return s
+}
+
+// OpenIDRoleARN is the role ARN MinIO gives an OpenID provider configured
+// in role-policy mode (MINIO_IDENTITY_OPENID_ROLE_POLICY), the RoleArn an
+// AssumeRoleWithWebIdentity names: its resource is the base64url SHA-1 of
+// the provider's client ID (MinIO's internal/config/identity/openid,
+// LookupConfig), and these servers have no region.
+func OpenIDRoleARN(clientID string) string {
+	h := sha1.Sum([]byte(clientID)) //nolint:gosec // MinIO's derivation, not a security use
+	return "arn:minio:iam:::role/" + base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// WaitWebIdentity exchanges token for roleARN at the server's STS
+// (AssumeRoleWithWebIdentity) until it succeeds, and fails the test after
+// 30 s. MinIO answers S3 requests before its IAM has loaded, and refuses
+// every exchange until then ("None of the given policies ... are
+// defined"): a test's first exchange must not be that one.
+func (s *Server) WaitWebIdentity(roleARN, token string) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		creds, err := credentials.NewSTSWebIdentity(s.Endpoint(), func() (*credentials.WebIdentityToken, error) {
+			return &credentials.WebIdentityToken{Token: token}, nil
+		}, func(i *credentials.STSWebIdentity) { i.RoleARN = roleARN })
+		if err == nil {
+			_, err = creds.GetWithContext(nil)
+		}
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("AssumeRoleWithWebIdentity at %s for %s: %v\n%s", s.Endpoint(), roleARN, err, s.log.tail(2000))
+		}
+		time.Sleep(200 * time.Millisecond) // IAM still loading
+	}
 }
