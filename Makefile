@@ -47,7 +47,7 @@ export KDEFER_MINIO = $(shell $(TOOLS) path minio)/minio
 export KDEFER_AZURITE = $(shell $(TOOLS) path azurite)/azurite-blob
 export KUBEBUILDER_ASSETS = $(ENVTEST_DIR)
 
-.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools tools-oldest envtest-assets bench-stage bench-scale bench-controller e2e e2e-oldest e2e-soak demo demo-down fmt
+.PHONY: all help build kubectl-kdefer krew test unit fuzz verify lint generate tools tools-oldest tools-e2e-upstream envtest-assets bench-stage bench-scale bench-controller e2e e2e-oldest e2e-upstream e2e-soak demo demo-down fmt
 
 all: build
 
@@ -78,6 +78,11 @@ tools:
 tools-oldest:
 	KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) etcd
 	KUBE_VERSION=$(KUBE_OLDEST) $(TOOLS) kube
+
+## tools-e2e-upstream: Kubernetes' e2e specs of test/e2e/apps (e2e.test) and
+## the Ginkgo CLI of KUBE_VERSION, for e2e-upstream (cached as tools is).
+tools-e2e-upstream:
+	$(TOOLS) kube-e2e
 
 envtest-assets: tools
 	mkdir -p $(ENVTEST_DIR)
@@ -267,6 +272,16 @@ e2e: tools
 ## (bin/envtest-oldest): kdefer's manifests applied as they ship, both
 ## admission policies, the webhooks, Pod Security, least-privilege RBAC
 ## (~35 CPU-s). make test runs it after the e2e tier.
+## e2e-upstream: Kubernetes' own e2e specs of Job, CronJob and TTLAfterFinished
+## (KUBE_VERSION's test/e2e/apps, default-cluster specs only) on a local
+## cluster of one node, without kdefer (the baseline, cached by release in
+## ~/.cache/kdefer/e2e-upstream) and with kdefer arming every Job of the specs'
+## namespaces (test/upstream/arm-kdefer.yaml); red when a spec green in the
+## baseline is not green with kdefer (test/upstream/run.sh). make test runs it
+## after e2e-oldest.
+e2e-upstream: tools tools-e2e-upstream
+	test/upstream/run.sh
+
 E2E_OLDEST_TESTS := TestSucceeded|TestJobDeletedForeground|TestDrain|TestCronJob|TestNamespaceDefaultPolicy
 e2e-oldest: tools tools-oldest
 	mkdir -p $(BIN)/envtest-oldest
