@@ -159,6 +159,19 @@ go build -o "$STATE/bin/" ./test/helminstall
 deploy_kdefer_helm "$STATE"
 url="s3://$BUCKET/{namespace}/{job}/{pod}/?endpoint=http://$E2E_MINIO_ADDR\&use_path_style=true\&region=us-east-1"
 sed "s|STAGE_OUT_URL|$url|" test/upstream/arm-kdefer.yaml | kubectl apply -f - >&2
+# And a Job that reaches the apiserver unarmed is refused: its spec fails.
+kubectl apply -f test/upstream/armed-check.yaml >&2
+# Policies take effect when the apiserver has read them: a Job of a labelled
+# namespace, created in a dry run (admission runs, nothing is stored), comes
+# back rendered once they do.
+kubectl create namespace e2e-upstream-probe >/dev/null
+kubectl label namespace e2e-upstream-probe e2e-framework=probe >/dev/null
+armed() {
+	kubectl -n e2e-upstream-probe create job probe --image="$E2E_REGISTRY/pause:probe" --dry-run=server \
+		-o jsonpath='{.spec.template.metadata.annotations.kdefer\.io/rendered}' | grep -q .
+}
+wait_until 60 "the arming to take effect" armed
+kubectl delete namespace e2e-upstream-probe --wait=false >/dev/null
 specs kdefer
 
 # The stage-outs: kdefer's finished runs by result, from its /metrics (the
