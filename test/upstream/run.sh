@@ -19,7 +19,7 @@
 # source by test/images and pushed to the test registry under the names and
 # tags the release's image list gives them (e2e.test --print-images);
 # KUBE_TEST_REPO_LIST points the framework there. Specs run in
-# KDEFER_UPSTREAM_PROCS (default 6) Ginkgo processes, each spec in its own
+# KDEFER_UPSTREAM_PROCS (default 8) Ginkgo processes, each spec in its own
 # namespace. KDEFER_UPSTREAM_RUNS="baseline kdefer" chooses the runs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -32,7 +32,7 @@ CLUSTER=$ROOT/test/cluster/cluster.sh
 export KDEFER_CLUSTER_DIR=${KDEFER_CLUSTER_DIR:-$ROOT/bin/cluster}
 STATE=$ROOT/bin/upstream
 CACHE=${KDEFER_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdefer/e2e-upstream}
-PROCS=${KDEFER_UPSTREAM_PROCS:-6}
+PROCS=${KDEFER_UPSTREAM_PROCS:-8}
 RUNS=${KDEFER_UPSTREAM_RUNS:-baseline kdefer}
 BUCKET=upstream-e2e
 # The specs: the apps SIG's Job, CronJob and TTLAfterFinished specs that
@@ -183,8 +183,15 @@ token=$(kubectl -n kdefer-system create token e2e-upstream-scraper)
 curl -fsSk -H "Authorization: Bearer $token" https://127.0.0.1:8443/metrics >"$STATE/metrics.txt"
 log "kdefer's finished runs (kdefer_runs_total, by trigger and result):"
 grep '^kdefer_runs_total' "$STATE/metrics.txt" >&2 || log "none"
-log "the bucket: $(go run ./test/upstream/report bucket count "$E2E_MINIO_ADDR" "$BUCKET" "")"
+succeeded=$(awk '/^kdefer_runs_total\{/ && /result="Succeeded"/ { n += $2 } END { print n + 0 }' "$STATE/metrics.txt")
+read -r _ objects _ manifests < <(go run ./test/upstream/report bucket count "$E2E_MINIO_ADDR" "$BUCKET" "")
+log "the bucket: $objects objects, $manifests stage-out manifests; $succeeded runs succeeded"
 # Every run's story is in the controller's log (the runs went with their namespaces).
 kubectl -n kdefer-system logs deploy/kdefer-controller >"$STATE/kdefer-controller.log" 2>&1 || true
 
-go run ./test/upstream/report junit --focus "$FOCUS" "$BASELINE" "$STATE/kdefer.xml" | tee "$STATE/report.txt"
+rc=0
+go run ./test/upstream/report junit --focus "$FOCUS" "$BASELINE" "$STATE/kdefer.xml" | tee "$STATE/report.txt" || rc=1
+# The stage-outs: every run that succeeded wrote its manifest last.
+((succeeded > 0)) || die "no run of kdefer's succeeded: were the specs' Jobs armed? ($STATE/kdefer-controller.log)"
+((manifests >= succeeded)) || die "$succeeded runs succeeded, but the bucket holds $manifests stage-out manifests"
+exit "$rc"
