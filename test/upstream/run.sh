@@ -103,13 +103,14 @@ go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$STATE/pushed" --only "$o
 recycle_pvs() { while sleep 10; do "$CLUSTER" recycle-pvs >/dev/null 2>&1 || true; done; }
 
 # cluster_cpu: CPU seconds the cluster's programs (etcd, apiserver,
-# controller-manager, scheduler, kubelet, containerd and its shims) and its
-# pods (the kubepods cgroup) have used so far: what the specs cost the
-# machine, beside the test processes this script waits for.
+# controller-manager, scheduler, kubelet, containerd) and its pods (the
+# kubepods cgroup, which keeps the time of pods that ended) have used so far:
+# what the specs cost the machine, beside the test processes this script
+# waits for. Not the containerd shims: one per pod, their time goes with them.
 cluster_cpu() {
 	local t=0 d pods=/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage
 	for d in /proc/[0-9]*; do
-		case "$(cat "$d/comm" 2>/dev/null)" in containerd* | etcd | kube-* | kubelet) ;; *) continue ;; esac
+		case "$(cat "$d/comm" 2>/dev/null)" in containerd | etcd | kube-* | kubelet) ;; *) continue ;; esac
 		t=$((t + $(awk '{print $14 + $15}' "$d/stat" 2>/dev/null || echo 0)))
 	done
 	t=$((t / $(getconf CLK_TCK)))
