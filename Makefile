@@ -115,7 +115,8 @@ envtest-assets: tools
 ##   e2e-upstream (after e2e-oldest; measured alone 2026-12-04, loaded machine):
 ##             warm 255 s at the end (the specs with kdefer 209 s), 33 CPU-s;
 ##             cold adds e2e.test to the tools (~100 CPU-s) and the baseline
-##             run without kdefer (~270 s), so cold ~58 min, warm ~15 min by estimate.
+##             run without kdefer (438 s, 44 CPU-s with it), so cold ~55 min,
+##             warm ~15 min by estimate.
 test:
 	hack/test.sh
 
