@@ -113,7 +113,7 @@ envtest-assets: tools
 ##             cold adds Kubernetes v1.34.4 and etcd to the tools, ~690 CPU-s
 ##             (empty Go build cache), so cold ~47 min by estimate.
 ##   e2e-upstream (after e2e-oldest; measured alone 2026-12-04, loaded machine):
-##             warm 255 s at the end (the specs with kdefer 209 s), 33 CPU-s;
+##             warm 224 s at the end (the specs with kdefer 188 s), 35 CPU-s;
 ##             cold adds e2e.test to the tools (~100 CPU-s) and the baseline
 ##             run without kdefer (438 s, 44 CPU-s with it), so cold ~55 min,
 ##             warm ~15 min by estimate.
