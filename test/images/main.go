@@ -6,6 +6,7 @@
 //	go run ./test/images --out bin/images                 # tarballs + NAME.ref files
 //	go run ./test/images --out bin/images --only pause,busybox
 //	go run ./test/images --push HOST:PORT[/PATH] --platforms linux/amd64,linux/arm64
+//	go run ./test/images --push HOST:PORT --only busybox,pause --push-as busybox=HOST:PORT/e2e-test-images/busybox:1.37.0-2
 //
 // Images (local names; tags are never "latest"):
 //
@@ -32,6 +33,11 @@
 // Nothing in an image comes from the clock: file times and the creation
 // time are SOURCE_DATE_EPOCH, else the commit's time, so the same commit
 // gives the same digests (with the same Go toolchain and CA bundle).
+//
+// --push-as NAME=REF (repeatable) pushes the local cluster's image NAME
+// (pause, busybox) as REF too, a whole reference: for another test suite that
+// pulls images by its own names and tags (Kubernetes' e2e specs, whose
+// image list test/e2e/upstream points at the test registry).
 //
 // --ref-dir DIR writes DIR/NAME.pushed (REGISTRY/NAME:TAG@DIGEST) for each
 // pushed image, for scripts that install what was pushed.
@@ -78,6 +84,12 @@ func main() {
 	busybox := flag.String("busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
 	only := flag.String("only", "", "comma-separated images to build (default: all)")
 	var managers []managerBin
+	pushAs := map[string][]string{}
+	flag.Func("push-as", "NAME=REF: with --push, push the local image NAME (pause, busybox) as REF (HOST:PORT/PATH:TAG) too; repeatable", func(v string) error {
+		n, ref, err := parsePushAs(v)
+		pushAs[n] = append(pushAs[n], ref)
+		return err
+	})
 	flag.Func("manager", "NAME:TAG=BIN: an image NAME:TAG of another project's prebuilt manager BIN (test/tools/install.sh kueue, jobset; TAG its version); repeatable", func(v string) error {
 		m, err := parseManager(v)
 		managers = append(managers, m)
@@ -119,14 +131,19 @@ func main() {
 	defer os.RemoveAll(tmp)
 
 	var imgs []built
-	if *push == "" && want("pause") {
+	if len(pushAs) > 0 && *push == "" {
+		fatalf("--push-as needs --push")
+	}
+	// The local cluster's images are tarballs; pushed only as --push-as names them.
+	local := func(n string) bool { return want(n) && (*push == "" || len(pushAs[n]) > 0) }
+	if local("pause") {
 		p, err := pauseImage(root, tmp)
 		if err != nil {
 			fatalf("pause image: %v", err)
 		}
 		imgs = append(imgs, p)
 	}
-	if *push == "" && want("busybox") {
+	if local("busybox") {
 		b, err := busyboxImage(*busybox)
 		if err != nil {
 			fatalf("busybox image: %v", err)
@@ -159,7 +176,7 @@ func main() {
 	}
 
 	if *push != "" {
-		if err := pushAll(imgs, *push, *refDir, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		if err := pushAll(imgs, *push, *refDir, pushAs, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 			fatalf("%v", err)
 		}
 		return
@@ -213,10 +230,37 @@ func parsePlatforms(s string) ([]v1.Platform, error) {
 	return out, nil
 }
 
+// parsePushAs reads --push-as NAME=REF.
+func parsePushAs(v string) (n, ref string, err error) {
+	n, ref, ok := strings.Cut(v, "=")
+	if !ok || (n != "pause" && n != "busybox") {
+		return "", "", fmt.Errorf("--push-as %q: want NAME=REF with NAME pause or busybox", v)
+	}
+	t, err := name.NewTag(ref, name.StrictValidation)
+	if err != nil || t.TagStr() == "latest" {
+		return "", "", fmt.Errorf("--push-as %q: REF must be HOST[:PORT]/PATH:TAG with a fixed tag (not latest): %v", v, err)
+	}
+	return n, ref, nil
+}
+
 // pushAll pushes every image as an index REPO/NAME:TAG and, with refDir,
-// records REPO/NAME:TAG@DIGEST in refDir/NAME.pushed.
-func pushAll(imgs []built, repo, refDir string, opts ...remote.Option) error {
+// records REPO/NAME:TAG@DIGEST in refDir/NAME.pushed. An image that pushAs
+// names is pushed under those references instead.
+func pushAll(imgs []built, repo, refDir string, pushAs map[string][]string, opts ...remote.Option) error {
 	for _, b := range imgs {
+		if refs := pushAs[b.name]; len(refs) > 0 {
+			for _, r := range refs {
+				ref, err := name.NewTag(r)
+				if err != nil {
+					return err
+				}
+				if err := remote.WriteIndex(ref, b.index(), opts...); err != nil {
+					return fmt.Errorf("push %s as %s: %w", b.name, ref, err)
+				}
+				fmt.Printf("pushed %s as %s\n", b.name, ref)
+			}
+			continue
+		}
 		ref, err := name.NewTag(strings.TrimSuffix(repo, "/") + "/" + b.name + ":" + b.tag)
 		if err != nil {
 			return err

@@ -63,7 +63,7 @@ func TestPauseImageTarballAndPush(t *testing.T) {
 	srv := httptest.NewServer(registry.New())
 	defer srv.Close()
 	repo := strings.TrimPrefix(srv.URL, "http://") + "/kdefer"
-	if err := pushAll([]built{p}, repo, ""); err != nil {
+	if err := pushAll([]built{p}, repo, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	pushed, err := name.ParseReference(repo + "/pause:" + PauseTag)
@@ -76,6 +76,35 @@ func TestPauseImageTarballAndPush(t *testing.T) {
 	}
 	if d, _ := pulled.Digest(); d != d1 {
 		t.Errorf("pushed digest %s, want %s", d, d1)
+	}
+
+	// --push-as: the same image under another suite's own name and tag,
+	// and not under kdefer's.
+	host := strings.TrimPrefix(srv.URL, "http://")
+	as := host + "/upstream/pause:3.10.2"
+	if err := pushAll([]built{p}, host+"/other", "", map[string][]string{"pause": {as}}); err != nil {
+		t.Fatal(err)
+	}
+	asRef, _ := name.ParseReference(as)
+	if pulled, err = remote.Image(asRef, remote.WithPlatform(hostPlatform)); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := pulled.Digest(); d != d1 {
+		t.Errorf("digest pushed as %s: %s, want %s", as, d, d1)
+	}
+	if ownRef, _ := name.ParseReference(host + "/other/pause:" + PauseTag); func() bool { _, err := remote.Head(ownRef); return err == nil }() {
+		t.Errorf("pushed as %s, and also as %s", as, ownRef)
+	}
+}
+
+func TestParsePushAs(t *testing.T) {
+	for _, bad := range []string{"pause", "kdefer-stage=h:5000/x:1", "busybox=h:5000/x:latest", "busybox=h:5000/x", "busybox="} {
+		if _, _, err := parsePushAs(bad); err == nil {
+			t.Errorf("parsePushAs(%q): no error", bad)
+		}
+	}
+	if n, ref, err := parsePushAs("busybox=10.88.0.1:5000/e2e-test-images/busybox:1.37.0-2"); err != nil || n != "busybox" || ref != "10.88.0.1:5000/e2e-test-images/busybox:1.37.0-2" {
+		t.Errorf("parsePushAs: %q %q %v", n, ref, err)
 	}
 }
 

@@ -96,7 +96,7 @@ func TestMultiArchIndexReproducible(t *testing.T) {
 	defer srv.Close()
 	reg := strings.TrimPrefix(srv.URL, "http://")
 	refDir := t.TempDir()
-	if err := pushAll([]built{b1}, reg, refDir); err != nil {
+	if err := pushAll([]built{b1}, reg, refDir, nil); err != nil {
 		t.Fatal(err)
 	}
 	pushed, err := os.ReadFile(filepath.Join(refDir, "small.pushed"))

@@ -6,7 +6,7 @@
 # the machine, so CI's fresh clone reuses them). A tool whose cached binary
 # exists is not rebuilt.
 #
-#   test/tools/install.sh kube|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all
+#   test/tools/install.sh kube|kube-e2e|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all
 #   test/tools/install.sh path NAME   # prints the directory holding NAME
 #   test/tools/install.sh oldest      # prints the oldest supported Kubernetes release
 set -euo pipefail
@@ -70,6 +70,7 @@ JOBSET_VERSION=$(awk '$1 == "sigs.k8s.io/jobset" { print $2 }' "$root/test/tools
 dir_of() {
 	case "$1" in
 	kube) echo "$tools/kube-$KUBE_VERSION" ;;
+	kube-e2e) echo "$tools/kube-e2e-$KUBE_VERSION-$(kube_e2e_key)" ;;
 	etcd) echo "$tools/etcd-$(etcd_version)" ;;
 	minio) echo "$tools/minio-$MINIO_KEY" ;;
 	mc) echo "$tools/mc-$MC_VERSION" ;;
@@ -124,6 +125,33 @@ build_kube() {
 	(cd "$w" && timed "kubernetes $KUBE_VERSION" env CGO_ENABLED=0 go build -trimpath "$GCFLAGS" -ldflags "$ld" -o "$d.tmp/" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
+	rm -rf "$d"; mv "$d.tmp" "$d"
+}
+
+# Kubernetes' own end-to-end specs of the apps SIG (make e2e-upstream runs
+# its Job, CronJob and TTLAfterFinished specs): e2e.test, the small test
+# main test/tools/kube/e2e/e2e_test.go compiled in a copy of the release's
+# wrapper module (its go.sum gains the specs' few extra modules there), and
+# the Ginkgo CLI at the version the release requires, which runs the specs
+# in parallel processes. Only test/e2e/apps and the framework are compiled
+# (~2,100 packages, most of them the kube binaries' too), not upstream's
+# whole test/e2e. The cache key adds the test main's digest: editing it
+# rebuilds.
+kube_e2e_key() { sha256sum "$root/test/tools/kube/e2e/e2e_test.go" | cut -c1-8; }
+build_kube_e2e() {
+	have kube-e2e e2e.test ginkgo && return 0
+	local d w ld; d=$(dir_of kube-e2e); w=$(kube_wrapper)
+	ld="-s -w"
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ld="$ld -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$KUBE_MINOR -X $p.gitTreeState=clean"
+	done
+	log "building Kubernetes $KUBE_VERSION's e2e specs of test/e2e/apps and the Ginkgo CLI"
+	rm -rf "$d.tmp"; mkdir -p "$d.tmp/src"
+	cp "$w/go.mod" "$w/go.sum" "$root/test/tools/kube/e2e/e2e_test.go" "$d.tmp/src/"
+	(cd "$d.tmp/src" && timed "kubernetes $KUBE_VERSION e2e.test" env CGO_ENABLED=0 GOFLAGS=-mod=mod \
+		go test -c -tags kubee2e -trimpath "$GCFLAGS" -ldflags "$ld" -o "$d.tmp/e2e.test" . &&
+		timed "ginkgo CLI" env CGO_ENABLED=0 GOFLAGS=-mod=mod \
+			go build -trimpath "$GCFLAGS" -ldflags "-s -w" -o "$d.tmp/ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
 	rm -rf "$d"; mv "$d.tmp" "$d"
 }
 
@@ -217,8 +245,9 @@ build_jobset() { build_manager jobset "$JOBSET_VERSION" sigs.k8s.io/jobset sigs.
 
 case "${1:-}" in
 kube | etcd | minio | mc | s5cmd | azurite | kueue | jobset) "build_$1" ;;
+kube-e2e) build_kube_e2e ;;
 all) build_etcd; build_kube; build_minio; build_mc; build_s5cmd; build_azurite; build_kueue; build_jobset ;;
 path) dir_of "$2" ;;
 oldest) kube_oldest ;;
-*) echo "usage: $0 kube|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all|path NAME|oldest" >&2; exit 2 ;;
+*) echo "usage: $0 kube|kube-e2e|etcd|minio|mc|s5cmd|azurite|kueue|jobset|all|path NAME|oldest" >&2; exit 2 ;;
 esac
