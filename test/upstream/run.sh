@@ -92,11 +92,12 @@ EOF
 export KUBE_TEST_REPO_LIST=$STATE/repo-list.yaml
 push_as=()
 while read -r name ref; do push_as+=(--push-as "$name=$ref"); done < <("$E2E/e2e.test" --print-images)
-only=busybox,pause
-[[ " $RUNS " != *" kdefer "* ]] || only=$only,kdefer-stage,kdefer-controller
-log "pushing the images ($only) to $E2E_REGISTRY"
+log "pushing the images (busybox,pause) to $E2E_REGISTRY"
 rm -rf "$STATE/pushed"
-go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$STATE/pushed" --only "$only" "${push_as[@]}" >&2
+go run ./test/images --push "$E2E_REGISTRY" --ref-dir "$STATE/pushed" --only busybox,pause "${push_as[@]}" >&2
+# kdefer as make e2e installs it: this tree released to the registry, its
+# chart installed from there (deploy_kdefer_helm below).
+[[ " $RUNS " != *" kdefer "* ]] || release_kdefer "$STATE"
 
 # recycle_pvs: every Released local PV (an armed pod's work volume, its run
 # ended) made Available again every 10 s, as the e2e scenarios' clean-up does.
