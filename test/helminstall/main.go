@@ -4,12 +4,15 @@
 // harness (test/e2e/lib.sh deploy_kdefer_helm):
 //
 //	go run ./test/helminstall [-n kdefer-system] [--chart DIR|oci://REPO --version V] [--reuse-values] [-f VALUES.yaml]... [--set K=V]...
+//	go run ./test/helminstall [-n kdefer-system] --rollback
 //
 // --chart oci://HOST/PATH/kdefer --version V installs a released chart
 // pulled from a registry, as `helm install kdefer oci://… --version V`
 // does (plain HTTP to a loopback or private address: the test registry).
 // An upgrade with --reuse-values and no --chart keeps the release's own
-// chart, as the release's values are kept.
+// chart, as the release's values are kept. --rollback is `helm rollback
+// kdefer`: back to the revision before the current one, its chart and values
+// (the e2e upgrade scenario, TestUpgradeRollback).
 //
 // Why not the helm binary: building it compiles Helm's CLI, plugin runtime
 // and every getter on top of these packages; the install itself is
@@ -65,7 +68,15 @@ func main() {
 	// (TestNamespacedInstall) keeps the others run.sh gave it: images,
 	// local values, KDEFER_E2E_HELM_ARGS.
 	reuse := flag.Bool("reuse-values", false, "upgrade: keep the release's values, -f and --set over them (as helm upgrade --reuse-values)")
+	rollback := flag.Bool("rollback", false, "roll the release back to its previous revision (as helm rollback NAME)")
 	flag.Parse()
+	if *rollback {
+		if err := rollBack(*name, *ns, *timeout); err != nil {
+			fmt.Fprintf(os.Stderr, "helminstall: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	chartSet := false
 	flag.Visit(func(f *flag.Flag) { chartSet = chartSet || f.Name == "chart" })
 	if *reuse && !chartSet {
@@ -129,11 +140,9 @@ func run(name, ns, chartDir, version string, opts values.Options, timeout time.D
 	if err != nil {
 		return fmt.Errorf("values: %w", err)
 	}
-	flags := genericclioptions.NewConfigFlags(true)
-	flags.Namespace = &ns
-	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	if err := cfg.Init(flags, ns, "secret"); err != nil {
-		return fmt.Errorf("helm configuration: %w", err)
+	cfg, err := configuration(ns)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -183,5 +192,32 @@ func run(name, ns, chartDir, version string, opts values.Options, timeout time.D
 		}
 		fmt.Printf("upgraded release %s in namespace %s\n", name, ns)
 	}
+	return nil
+}
+
+// configuration is Helm's for releases stored in ns, as Secrets (helm's default).
+func configuration(ns string) (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(true)
+	flags.Namespace = &ns
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := cfg.Init(flags, ns, "secret"); err != nil {
+		return nil, fmt.Errorf("helm configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// rollBack is `helm rollback NAME`: a new revision with the previous one's
+// chart and values, its manifests applied as they were (CRDs included).
+func rollBack(name, ns string, timeout time.Duration) error {
+	cfg, err := configuration(ns)
+	if err != nil {
+		return err
+	}
+	rb := action.NewRollback(cfg)
+	rb.WaitStrategy, rb.Timeout = kube.HookOnlyStrategy, timeout
+	if err := rb.Run(name); err != nil {
+		return fmt.Errorf("rollback %s: %w", name, err)
+	}
+	fmt.Printf("rolled back release %s in namespace %s\n", name, ns)
 	return nil
 }
