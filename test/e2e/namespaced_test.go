@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -89,32 +87,5 @@ func TestNamespacedInstall(t *testing.T) {
 // until the controller and the node agents run with it.
 func upgradeKdefer(t *testing.T, set string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	t0 := time.Now()
-	out, err := exec.CommandContext(ctx, program(t, "./test/helminstall"), "-n", kdeferNS, "--reuse-values", "--set-json", set).CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm upgrade --set-json %s: %v\n%s", set, err, out)
-	}
-	for _, args := range [][]string{
-		{"-n", kdeferNS, "rollout", "status", "deployment/kdefer-controller", "--timeout=120s"},
-		{"-n", "kdefer-node", "rollout", "status", "daemonset/kdefer-node", "--timeout=120s"},
-	} {
-		if out, err := kubectl(ctx, args...); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	// The upgrade re-applies the webhook configurations; the new
-	// controller puts its CA back in them as it starts (run.sh's
-	// kdefer_ready waits for the same).
-	for _, kind := range []string{"mutatingwebhookconfiguration", "validatingwebhookconfiguration"} {
-		err := clusterenv.WaitFor(ctx, time.Minute, kind+" kdefer's CA bundle", func(ctx context.Context) (bool, error) {
-			out, err := kubectl(ctx, "get", kind, "kdefer", "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
-			return err == nil && len(strings.Fields(out)) > 0, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("kdefer upgraded with %s in %s", set, time.Since(t0).Round(100*time.Millisecond))
+	helmInstall(t, "helm upgrade --set-json "+set, "-n", kdeferNS, "--reuse-values", "--set-json", set)
 }
