@@ -28,7 +28,9 @@
 //
 // and OUT/release.txt lists everything with its digest. Without --version the
 // version is the image builder's (git describe): the e2e tier releases every
-// tree it tests that way into its own registry.
+// tree it tests that way into its own registry. --src DIR releases another
+// checkout with this tool (the e2e tier's previous release, a commit that
+// may predate hack/release; --notes=false where it has no CHANGELOG.md).
 package main
 
 import (

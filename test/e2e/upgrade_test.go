@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,10 +108,12 @@ func TestUpgradeRollback(t *testing.T) {
 	flightA.waitFinished(fa.pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 
 	helmRollback(t, prev)
+	t.Logf("after the rollback: %s", crdFields(t))
 	flightB.sig.release("defer-" + fb.pod)
 	flightB.waitFinished(fb.pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 
 	helmRelease(t, cur)
+	t.Logf("upgraded again: %s", crdFields(t))
 	armedB.sig.release(b.pod)
 	armedB.waitFinished(b.pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 
@@ -220,4 +223,24 @@ func helmInstall(t *testing.T, what string, args ...string) {
 		}
 	}
 	t.Logf("%s in %s", what, time.Since(t0).Round(100*time.Millisecond))
+}
+
+// crdFields says whether the served CRDs have fields N added: whether a
+// rollback applied N-1's CRDs.
+func crdFields(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, c := range []struct{ crd, path string }{
+		{"deferruns.kdefer.io", "{.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.retainedBytes.type}"},
+		{"deferpolicies.kdefer.io", "{.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.triggerRules.items.properties.url.type}"},
+	} {
+		out, err := kubectl(ctx, "get", "crd", c.crd, "-o", "jsonpath="+c.path)
+		if err != nil {
+			t.Fatalf("kubectl get crd %s: %v: %s", c.crd, err, out)
+		}
+		fmt.Fprintf(&b, "%s %s=%q ", c.crd, c.path, out)
+	}
+	return b.String()
 }
