@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,12 +107,17 @@ func TestUpgradeRollback(t *testing.T) {
 	flightA.waitFinished(fa.pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 
 	helmRollback(t, prev)
-	t.Logf("after the rollback: %s", crdFields(t))
+	// The rollback applies N-1's CRDs (they are templates of the chart):
+	// what docs/usage.md's "Upgrade and rollback" tells.
+	runs, policies := crdFields(t)
+	t.Logf("after the rollback, N's fields served: DeferRun status.retainedBytes %q, DeferPolicy triggerRules[].url %q", runs, policies)
 	flightB.sig.release("defer-" + fb.pod)
 	flightB.waitFinished(fb.pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 
 	helmRelease(t, cur)
-	t.Logf("upgraded again: %s", crdFields(t))
+	if runs, policies := crdFields(t); runs != "integer" || policies != "string" {
+		t.Errorf("upgraded again: DeferRun status.retainedBytes %q, DeferPolicy triggerRules[].url %q: want N's CRDs served (integer, string)", runs, policies)
+	}
 	armedB.sig.release(b.pod)
 	armedB.waitFinished(b.pod, v1.TriggerSucceeded, v1.DeferRunSucceeded, 2*time.Minute)
 
@@ -225,22 +229,20 @@ func helmInstall(t *testing.T, what string, args ...string) {
 	t.Logf("%s in %s", what, time.Since(t0).Round(100*time.Millisecond))
 }
 
-// crdFields says whether the served CRDs have fields N added: whether a
-// rollback applied N-1's CRDs.
-func crdFields(t *testing.T) string {
+// crdFields is the type the served CRDs give two fields N added
+// (DeferRun status.retainedBytes, DeferPolicy triggerRules[].url), "" where
+// they have none: whose CRDs the cluster serves.
+func crdFields(t *testing.T) (runs, policies string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var b strings.Builder
-	for _, c := range []struct{ crd, path string }{
-		{"deferruns.kdefer.io", "{.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.retainedBytes.type}"},
-		{"deferpolicies.kdefer.io", "{.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.triggerRules.items.properties.url.type}"},
-	} {
-		out, err := kubectl(ctx, "get", "crd", c.crd, "-o", "jsonpath="+c.path)
+	get := func(crd, path string) string {
+		out, err := kubectl(ctx, "get", "crd", crd, "-o", "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties."+path+".type}")
 		if err != nil {
-			t.Fatalf("kubectl get crd %s: %v: %s", c.crd, err, out)
+			t.Fatalf("kubectl get crd %s: %v: %s", crd, err, out)
 		}
-		fmt.Fprintf(&b, "%s %s=%q ", c.crd, c.path, out)
+		return strings.TrimSpace(out)
 	}
-	return b.String()
+	return get("deferruns.kdefer.io", "status.properties.retainedBytes"),
+		get("deferpolicies.kdefer.io", "spec.properties.triggerRules.items.properties.url")
 }
