@@ -37,7 +37,7 @@ import (
 // Every Job's outputs are in the bucket with a manifest; every DeferRun is
 // the one made at the start (same UID), Succeeded, its stage-out run once
 // (one attempt; the manifests written before an upgrade keep their ETag and
-// time); nothing is left, no pod, PVC or finalizer. The scenario ends with N
+// time); the defer pods in flight are adopted, not made again; nothing is left, no pod, PVC or finalizer. The scenario ends with N
 // installed as run.sh installed it; run.sh runs it with the scenarios that
 // change kdefer's install, apart from every other.
 func TestUpgradeRollback(t *testing.T) {
@@ -139,6 +139,16 @@ func TestUpgradeRollback(t *testing.T) {
 	}{{done, d.pod, doneStamp}, {flightA, fa.pod, faStamp}, {flightB, fb.pod, fbStamp}} {
 		if got := c.s.manifestStamp("sim", c.pod); got != c.stamp {
 			t.Errorf("%s/%s: manifest %s, want %s as first written: staged out again", c.s.ns, c.pod, got, c.stamp)
+		}
+	}
+	// Adopted, not replaced: a defer pod made again across a Helm change
+	// would skip the stage-out that had succeeded (as after a node's
+	// crash) but run its defer container again, which says ready once more.
+	for _, st := range []*started{fa, fb} {
+		select {
+		case p := <-st.s.sig.ready:
+			t.Errorf("%s: %s said ready again: the defer pod in flight across the Helm change was replaced, not adopted", st.s.ns, p)
+		default:
 		}
 	}
 	for _, st := range all {
