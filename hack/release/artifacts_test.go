@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kdefer/kdefer/internal/version"
 	"github.com/kdefer/kdefer/test/helmchart"
 	"github.com/kdefer/kdefer/test/repo"
 )
@@ -186,5 +187,31 @@ func TestReleaseWorkflow(t *testing.T) {
 	}
 	if strings.Index(all, "make test") > strings.Index(all, "make release") {
 		t.Error("release.yml releases before it tests")
+	}
+}
+
+// TestReleasedChartOfEarlierTree: --src of a tree whose chart names its
+// images under another registry (kdefer.io/, before the images moved to
+// ghcr.io/kdefer: the e2e tier's previous release) is stamped with R's
+// images all the same (checkChart, inside releaseChart, reads them back).
+func TestReleasedChartOfEarlierTree(t *testing.T) {
+	src := t.TempDir()
+	if err := os.CopyFS(filepath.Join(src, chartDir), os.DirFS(filepath.Join(repo.MustRoot(), chartDir))); err != nil {
+		t.Fatal(err)
+	}
+	values := filepath.Join(src, chartDir, "values.yaml")
+	data, err := os.ReadFile(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := bytes.ReplaceAll(data, []byte("repository: "+version.Registry+"/"), []byte("repository: kdefer.io/"))
+	if bytes.Equal(old, data) {
+		t.Fatalf("%s names no image under %s", values, version.Registry)
+	}
+	if err := os.WriteFile(values, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := releaseChart(src, t.TempDir(), testRegistry(t)+"/kdefer", "v0.1.0-g003e308068a3"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kdefer/kdefer/api/v1alpha1"
-	"github.com/kdefer/kdefer/internal/version"
 )
 
 // chartDir is kdefer's chart in the repository.
@@ -51,11 +50,13 @@ func releaseChart(root, out, reg, v string) (releasedChart, error) {
 			continue
 		}
 		for _, n := range []string{v1alpha1.ControllerImageName, v1alpha1.StageImageName} {
-			from, to := "repository: "+version.Registry+"/"+n+"\n", "repository: "+reg+"/"+n+"\n"
-			if bytes.Count(f.Data, []byte(from)) != 1 {
-				return releasedChart{}, fmt.Errorf("%s/values.yaml: want one line %q to stamp", chartDir, strings.TrimSpace(from))
+			// Any registry the tree's defaults name: version.Registry's
+			// now, kdefer.io/ in charts before it (a --src of an earlier commit).
+			from := regexp.MustCompile(`(?m)^(\s*repository: )\S+/` + regexp.QuoteMeta(n) + `$`)
+			if len(from.FindAll(f.Data, -1)) != 1 {
+				return releasedChart{}, fmt.Errorf("%s/values.yaml: want one line \"repository: REGISTRY/%s\" to stamp", chartDir, n)
 			}
-			f.Data = bytes.Replace(f.Data, []byte(from), []byte(to), 1)
+			f.Data = from.ReplaceAll(f.Data, []byte("${1}"+reg+"/"+n))
 		}
 		ch.Values = map[string]any{}
 		if err := yaml.Unmarshal(f.Data, &ch.Values); err != nil {

@@ -28,7 +28,9 @@
 //
 // and OUT/release.txt lists everything with its digest. Without --version the
 // version is the image builder's (git describe): the e2e tier releases every
-// tree it tests that way into its own registry.
+// tree it tests that way into its own registry. --src DIR releases another
+// checkout with this tool (the e2e tier's previous release, a commit that
+// may predate hack/release; --notes=false where it has no CHANGELOG.md).
 package main
 
 import (
@@ -45,8 +47,9 @@ import (
 type options struct {
 	registry, version, out, platforms string
 	key                               string
-	keyless, krew                     bool
+	keyless, krew, notes              bool
 	kustomization                     string
+	src                               string
 }
 
 func main() {
@@ -58,7 +61,12 @@ func main() {
 	flag.StringVar(&o.key, "key", "", "cosign private key (PEM; COSIGN_PASSWORD if encrypted); default OUT/cosign.key, made when missing")
 	flag.BoolVar(&o.keyless, "keyless", false, "sign nothing here: the caller runs cosign sign (keyless, e.g. GitHub's OIDC identity)")
 	flag.BoolVar(&o.krew, "krew", true, "build the kubectl plugin's archives and krew manifest")
+	// Commits before CHANGELOG.md have no notes to take.
+	flag.BoolVar(&o.notes, "notes", true, "write release-notes.md, the version's CHANGELOG.md section")
 	flag.StringVar(&o.kustomization, "kustomization", "deploy", "the kustomization manifests.yaml is built from")
+	// The e2e tier's upgrade scenario releases an earlier commit (checked
+	// out elsewhere) with this tool, which that commit may predate.
+	flag.StringVar(&o.src, "src", "", "the source tree to release, a checkout of kdefer (default: this repository)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
@@ -93,6 +101,11 @@ func run(o options) error {
 	}
 	if !filepath.IsAbs(o.out) {
 		o.out = filepath.Join(root, o.out)
+	}
+	if o.src != "" {
+		if root, err = filepath.Abs(o.src); err != nil {
+			return fmt.Errorf("--src %s: %w", o.src, err)
+		}
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -155,9 +168,11 @@ func run(o options) error {
 			rep.file(o.out, f)
 		}
 	}
-	if err := writeNotes(root, filepath.Join(o.out, "release-notes.md"), version); err != nil {
-		return err
+	if o.notes {
+		if err := writeNotes(root, filepath.Join(o.out, "release-notes.md"), version); err != nil {
+			return err
+		}
+		rep.file(o.out, "release-notes.md")
 	}
-	rep.file(o.out, "release-notes.md")
 	return rep.write(filepath.Join(o.out, "release.txt"))
 }

@@ -228,3 +228,36 @@ deploy_kdefer_helm() {
 		return 1
 	}
 }
+
+# previous_commit: the release before this tree's (test/e2e/previous-release,
+# its one line that is not a comment).
+previous_commit() { grep -v '^#' "$ROOT/test/e2e/previous-release" | grep -m1 .; }
+
+# release_previous STATE_DIR: the previous release (previous_commit) to the
+# test registry beside this tree's, for TestUpgradeRollback: that commit
+# checked out (git worktree add --detach) in a directory of its own and
+# released by this tree's hack/release --src, which the commit may predate,
+# for this machine's platform, its version its own image builder's (v0.1.0-g…
+# until tags exist). STATE_DIR/release-previous holds its files and its
+# deploy/helm/local-values.yaml (the values its chart is installed with).
+# Sets KDEFER_E2E_PREVIOUS_VERSION and KDEFER_E2E_PREVIOUS_VALUES.
+release_previous() {
+	local dir=$1 commit src out=$1/release-previous t0=$SECONDS
+	commit=$(previous_commit)
+	src=$(mktemp -d "${TMPDIR:-/tmp}/kdefer-previous.XXXXXX")
+	log "releasing the previous release, ${commit:0:12}, to $E2E_REGISTRY/kdefer (hack/release --src)"
+	git -C "$ROOT" worktree add --detach --force "$src" "$commit" >/dev/null 2>&1 ||
+		{ rm -rf "$src"; die "git worktree add $commit: a clone with the history (not shallow)?"; }
+	local rc=0
+	go run ./hack/release --src "$src" --registry "$E2E_REGISTRY/kdefer" --platforms "linux/$(go env GOARCH)" \
+		--krew=false --notes=false --out "$out" >&2 || rc=$?
+	if ((rc == 0)); then
+		cp "$src/deploy/helm/local-values.yaml" "$out/local-values.yaml"
+	fi
+	git -C "$ROOT" worktree remove --force "$src" || rm -rf "$src"
+	((rc == 0)) || return "$rc"
+	KDEFER_E2E_PREVIOUS_VERSION=$(sed 's/.*:\(v[^@]*\)@.*/\1/' "$out/images/kdefer-controller.pushed")
+	KDEFER_E2E_PREVIOUS_VALUES=$out/local-values.yaml
+	export KDEFER_E2E_PREVIOUS_VERSION KDEFER_E2E_PREVIOUS_VALUES
+	log "previous release $KDEFER_E2E_PREVIOUS_VERSION released in $((SECONDS - t0))s"
+}

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -88,15 +87,5 @@ func TestNamespacedInstall(t *testing.T) {
 // until the controller and the node agents run with it.
 func upgradeKdefer(t *testing.T, set string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	t0 := time.Now()
-	out, err := exec.CommandContext(ctx, program(t, "./test/helminstall"), "-n", kdeferNS, "--reuse-values", "--set-json", set).CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm upgrade --set-json %s: %v\n%s", set, err, out)
-	}
-	// The upgrade re-applies the webhook configurations; the new
-	// controller puts its CA back in them as it starts.
-	waitKdeferReady(ctx, t)
-	t.Logf("kdefer upgraded with %s in %s", set, time.Since(t0).Round(100*time.Millisecond))
+	helmInstall(t, "helm upgrade --set-json "+set, "-n", kdeferNS, "--reuse-values", "--set-json", set)
 }

@@ -8,7 +8,9 @@
 #      again on exit unless KDEFER_KEEP_CLUSTER=1;
 #   3. starts the test registry (test/registry) on 10.88.0.1:5000 and
 #      releases this tree there as make release does (hack/release: images,
-#      SBOMs, signatures, the OCI chart, manifests.yaml);
+#      SBOMs, signatures, the OCI chart, manifests.yaml), and, for
+#      TestUpgradeRollback, the previous release too (lib.sh release_previous:
+#      the commit test/e2e/previous-release names);
 #   4. starts MinIO on the host's bridge address 10.88.0.1:9000 (pods reach it there);
 #   5. deploys kdefer, for each phase, as the README says: helm install (then
 #      upgrade) of the released chart, oci://10.88.0.1:5000/kdefer/charts/kdefer
@@ -113,7 +115,8 @@ multi_run() {
 # go test runs them one at a time, and run.sh before the others (see the
 # single-node phase below), so every other scenario sees kdefer up and
 # installed cluster-wide.
-OUTAGES='TestControllerKilled|TestKdeferDown|TestNamespacedInstall|TestUninstall'
+# TestUpgradeRollback: helm upgrades to the previous release and back.
+OUTAGES='TestControllerKilled|TestKdeferDown|TestNamespacedInstall|TestUninstall|TestUpgradeRollback'
 # outage_run: their -run, or those of them KDEFER_E2E_FLAGS names; nothing
 # when it names none of them.
 outage_run() {
@@ -239,6 +242,16 @@ manager_env() {
 	done
 }
 
+# previous_named PHASES: the single-node phase runs TestUpgradeRollback
+# (KDEFER_E2E_FLAGS names no -run, or one that names it), which needs the
+# previous release (release_previous).
+previous_named() {
+	[[ " $1 " == *" single "* ]] || return 1
+	local alts
+	alts=$(run_alternatives)
+	[[ -z $alts ]] || grep -q '^TestUpgradeRollback' <<<"$alts"
+}
+
 # The MinIO binary for tests that run their own server (test/s3server).
 KDEFER_MINIO=$(minio_bin)
 export KDEFER_MINIO
@@ -274,6 +287,10 @@ if [[ $install != kustomize ]]; then
 	start_registry "$STATE"
 	release_kdefer "$STATE" "$([[ $install == manifests ]] && echo deploy/overlays/local || echo deploy)"
 	push_managers "$STATE" $(manager_push_args "$PHASES")
+	export KDEFER_E2E_CHART=oci://$E2E_REGISTRY/kdefer/charts/kdefer
+	if [[ $install == helm ]] && previous_named "$PHASES"; then
+		release_previous "$STATE"
+	fi
 	log "registry started and kdefer $KDEFER_E2E_VERSION released to it in $((SECONDS - t0))s"
 fi
 manager_env

@@ -5,12 +5,15 @@
 //
 //	go run ./test/helminstall [-n kdefer-system] [--chart DIR|oci://REPO --version V] [--reuse-values] [-f VALUES.yaml]... [--set K=V]...
 //	go run ./test/helminstall -uninstall [-save-values FILE] [-n kdefer-system]
+//	go run ./test/helminstall [-n kdefer-system] --rollback
 //
 // --chart oci://HOST/PATH/kdefer --version V installs a released chart
 // pulled from a registry, as `helm install kdefer oci://… --version V`
 // does (plain HTTP to a loopback or private address: the test registry).
 // An upgrade with --reuse-values and no --chart keeps the release's own
-// chart, as the release's values are kept.
+// chart, as the release's values are kept. --rollback is `helm rollback
+// kdefer`: back to the revision before the current one, its chart and values
+// (the e2e upgrade scenario, TestUpgradeRollback).
 //
 // -uninstall is `helm uninstall` (hooks and all: the chart's pre-delete
 // hook runs and is waited for); -save-values first writes the release's
@@ -74,7 +77,15 @@ func main() {
 	reuse := flag.Bool("reuse-values", false, "upgrade: keep the release's values, -f and --set over them (as helm upgrade --reuse-values)")
 	uninstall := flag.Bool("uninstall", false, "uninstall the release (helm uninstall) instead")
 	saveValues := flag.String("save-values", "", "with -uninstall: first write the release's values (helm get values) to this file")
+	rollback := flag.Bool("rollback", false, "roll the release back to its previous revision (as helm rollback NAME)")
 	flag.Parse()
+	if *rollback {
+		if err := rollBack(*name, *ns, *timeout); err != nil {
+			fmt.Fprintf(os.Stderr, "helminstall: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *uninstall {
 		if err := runUninstall(*name, *ns, *saveValues, *timeout); err != nil {
 			fmt.Fprintf(os.Stderr, "helminstall: %v\n", err)
@@ -200,6 +211,7 @@ func run(name, ns, chartDir, version string, opts values.Options, timeout time.D
 	return nil
 }
 
+// configuration is Helm's for releases stored in ns, as Secrets (helm's default).
 func configuration(ns string) (*action.Configuration, error) {
 	flags := genericclioptions.NewConfigFlags(true)
 	flags.Namespace = &ns
@@ -240,5 +252,21 @@ func runUninstall(name, ns, saveValues string, timeout time.Duration) error {
 		fmt.Println(res.Info)
 	}
 	fmt.Printf("uninstalled release %s from namespace %s\n", name, ns)
+	return nil
+}
+
+// rollBack is `helm rollback NAME`: a new revision with the previous one's
+// chart and values, its manifests applied as they were (CRDs included).
+func rollBack(name, ns string, timeout time.Duration) error {
+	cfg, err := configuration(ns)
+	if err != nil {
+		return err
+	}
+	rb := action.NewRollback(cfg)
+	rb.WaitStrategy, rb.Timeout = kube.HookOnlyStrategy, timeout
+	if err := rb.Run(name); err != nil {
+		return fmt.Errorf("rollback %s: %w", name, err)
+	}
+	fmt.Printf("rolled back release %s in namespace %s\n", name, ns)
 	return nil
 }
