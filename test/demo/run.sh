@@ -37,10 +37,12 @@ fi
 start=$SECONDS
 mkdir -p "$STATE"
 lock_cluster
+# Built before the cluster starts, which imports them (an image built after
+# would not reach the node: the demo ran whatever bin/images held before).
+build_images
 "$CLUSTER" up >&2
 eval "$("$CLUSTER" env)"
 export KUBECONFIG
-build_images
 go build -o "$STATE/s3" ./test/demo/s3
 go build -o "$STATE/kdefer" ./cmd/kdefer
 s3() { "$STATE/s3" -endpoint "$E2E_MINIO_ADDR" "$@"; }
