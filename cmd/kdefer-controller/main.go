@@ -48,9 +48,7 @@ func run(ctx context.Context, args []string) int {
 		mo          app.ManagerOptions
 		qps         float64
 		burst       int
-		logLevel    string
-		logFormat   string
-		kubeconfig  string
+		pf          processFlags
 		showVersion bool
 	)
 	fs.StringVar(&mo.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
@@ -78,9 +76,7 @@ func run(ctx context.Context, args []string) int {
 	}
 	fs.IntVar(&mo.Workers, "workers", 32, "concurrent reconciles per controller")
 	prePull := fs.Bool("pre-pull", true, "pull the stage image on the nodes of armed pods (policies can opt out with prePull: false)")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "json", "json or console")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+	pf.add(fs)
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	mo.Webhook.AddFlags(fs)
 	fs.StringVar(&mo.LogsURL, "logs-url", "", "URL defer pods fetch an ended pod's logs from when no node agent runs (default https://"+app.LogsService+".NAMESPACE.svc"+stagecontract.LogsPath+")")
@@ -89,18 +85,15 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&mo.NodeAgentCertDir, "node-agent-cert-dir", "", "directory the node agents' certificate is written to (default $TMPDIR/kdefer-node-certs)")
 	fs.Var(&mo.Namespaces, "namespaces", "the only namespaces whose Jobs and pods kdefer serves, comma-separated (default: every namespace); the chart's watchNamespaces")
 	fs.StringVar(&mo.LogsBindAddress, "logs-bind-address", app.DefaultLogsBindAddress, "host:port the controller's logs endpoint listens on when no node agent runs, with the webhook's certificate (never on the webhook server, which only the apiserver needs to reach)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	mo.NoPrePull = !*prePull
 	if showVersion {
 		fmt.Println(version.Version)
 		return 0
 	}
-	log, cfg, code := setup(logLevel, logFormat, kubeconfig)
+	log, cfg, code := pf.setup()
 	if code != 0 {
 		return code
 	}
@@ -120,9 +113,32 @@ func run(ctx context.Context, args []string) int {
 	return 0
 }
 
+// processFlags are the flags of every subcommand: how it logs and which
+// cluster it talks to.
+type processFlags struct{ logLevel, logFormat, kubeconfig string }
+
+func (p *processFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&p.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&p.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+}
+
+// parseFlags parses args; when it returns false, the command exits with
+// code (0 after -help, 2 after a bad flag, which fs reported).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
+}
+
 // setup makes the logger (also controller-runtime's) and reads the
 // kubeconfig; a non-zero code is the exit code, after it said why.
-func setup(logLevel, logFormat, kubeconfig string) (logr.Logger, *rest.Config, int) {
+func (p *processFlags) setup() (logr.Logger, *rest.Config, int) {
+	logLevel, logFormat, kubeconfig := p.logLevel, p.logFormat, p.kubeconfig
 	lvl, err := zerolog.ParseLevel(logLevel)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "--log-level: %v\n", err)
@@ -151,23 +167,18 @@ func setup(logLevel, logFormat, kubeconfig string) (logr.Logger, *rest.Config, i
 func runNodeAgent(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kdefer-controller node-agent", flag.ContinueOnError)
 	var o app.NodeAgentOptions
-	var logLevel, logFormat, kubeconfig string
+	var pf processFlags
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.BindAddress, "bind-address", "", "host:port of the logs endpoint, on the node's address")
 	fs.StringVar(&o.CertDir, "cert-dir", "/var/run/kdefer/node-cert", "directory of the serving tls.crt and tls.key (Secret "+app.NodeAgentCertSecret+")")
 	fs.StringVar(&o.PodLogsDir, "pod-logs-dir", "/host/var/log/pods", "the kubelet's podLogsDir, as mounted")
 	fs.StringVar(&o.SpoolDir, "spool-dir", "/host/var/log/kdefer", "where kept logs are hard-linked: on the same mount as --pod-logs-dir")
 	fs.Var(&o.Namespaces, "namespaces", "the only namespaces whose pods' logs the agent keeps and serves, comma-separated (default: every namespace); the controller's --namespaces")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "json", "json or console")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	pf.add(fs)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
-	log, cfg, code := setup(logLevel, logFormat, kubeconfig)
+	log, cfg, code := pf.setup()
 	if code != 0 {
 		return code
 	}

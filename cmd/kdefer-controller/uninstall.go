@@ -18,20 +18,15 @@ import (
 func runUninstall(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kdefer-controller uninstall", flag.ContinueOnError)
 	var o uninstall.Options
-	var logLevel, logFormat, kubeconfig string
+	var pf processFlags
 	fs.DurationVar(&o.Wait, "wait", uninstall.DefaultWait, "how long to wait for runs in flight (their pod ended, their stage-out not finished) before stopping the controller; 0: no wait")
 	fs.StringVar(&o.Namespace, "controller-namespace", envOr("POD_NAMESPACE", "kdefer-system"), "namespace of the controller's Deployment (default $POD_NAMESPACE, else kdefer-system)")
 	fs.StringVar(&o.Deployment, "controller-deployment", "kdefer-controller", "name of the controller's Deployment")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "json", "json or console")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	pf.add(fs)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
-	log, cfg, code := setup(logLevel, logFormat, kubeconfig)
+	log, cfg, code := pf.setup()
 	if code != 0 {
 		return code
 	}
