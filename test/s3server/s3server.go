@@ -14,12 +14,15 @@ import (
 	"context"
 	"crypto/sha1" //nolint:gosec // MinIO derives its role ARN with SHA-1
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,6 +45,7 @@ type Server struct {
 	region   string
 	env      []string
 	certsDir string
+	host     string
 	addr     string
 	console  string
 	log      *syncBuffer
@@ -99,7 +103,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		skipOrFail(t, "KDEFER_MINIO=%s is not an executable", bin)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddrOn(t, host), console: freeAddr(t), log: &syncBuffer{}, region: opts.Region, env: opts.Env}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), host: host, addr: freeAddrOn(t, host), console: freeAddr(t), log: &syncBuffer{}, region: opts.Region, env: opts.Env}
 	if len(opts.CAs) > 0 {
 		s.certsDir = filepath.Join(s.dir, "certs")
 		if err := os.MkdirAll(filepath.Join(s.certsDir, "CAs"), 0o700); err != nil {
@@ -115,7 +119,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 			t.Logf("minio log tail:\n%s", s.log.tail(4000))
 		}
 	})
-	s.start()
+	s.start(true)
 	return s
 }
 
@@ -134,9 +138,45 @@ func freeAddrOn(t testing.TB, host string) string {
 	return l.Addr().String()
 }
 
-func (s *Server) start() {
+// start runs MinIO on s.addr and waits until it serves. A port can be
+// taken between freeAddrOn's probe and MinIO's bind (by another test's
+// server or an outgoing connection from the same address: seen once in a
+// parallel e2e run); MinIO then logs "address already in use" and stays up
+// without serving, so start kills it and tries again, on fresh ports when
+// fresh (the first start), else on the same port, which a restart must keep.
+func (s *Server) start(fresh bool) {
+	s.t.Helper()
+	const attempts = 5
+	for i := 1; ; i++ {
+		err := s.waitReady(s.launch())
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errAddrInUse) || i == attempts {
+			s.t.Fatalf("%v\n%s", err, s.log.tail(4000))
+		}
+		s.t.Logf("minio: %v (attempt %d of %d)", err, i, attempts)
+		s.Kill()
+		if fresh {
+			s.addr, s.console = freeAddrOn(s.t, s.host), freeAddr(s.t)
+		} else {
+			time.Sleep(time.Second) // for whoever holds the port to let go
+		}
+	}
+}
+
+// errAddrInUse is MinIO's answer to a port someone else holds: it exits
+// when the port is taken before it starts ("Specified port is already in
+// use"), and stays up without serving when it is taken between its check
+// and its bind ("bind: address already in use").
+var errAddrInUse = errors.New("address already in use")
+
+// launch starts the MinIO process and returns the log offset its output
+// starts at and a channel closed when it exits.
+func (s *Server) launch() (int64, chan struct{}) {
 	s.t.Helper()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	args := []string{"server", "--quiet", "--address", s.addr, "--console-address", s.console}
 	if s.certsDir != "" {
 		args = append(args, "--certs-dir", s.certsDir)
@@ -151,19 +191,18 @@ func (s *Server) start() {
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	// The server must not outlive a test binary that dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	from := s.log.written()
 	if err := cmd.Start(); err != nil {
-		s.mu.Unlock()
 		s.t.Fatalf("start minio: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
-	s.waitReady(exited)
+	return from, exited
 }
 
-func (s *Server) waitReady(exited chan struct{}) {
-	s.t.Helper()
+// waitReady waits until the process launch started serves, for 60 s.
+func (s *Server) waitReady(from int64, exited chan struct{}) error {
 	deadline := time.Now().Add(60 * time.Second)
 	client := &http.Client{Timeout: 2 * time.Second}
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -176,15 +215,21 @@ func (s *Server) waitReady(exited chan struct{}) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
+		if strings.Contains(s.log.since(from), "already in use") {
+			return fmt.Errorf("minio cannot listen on %s: %w", s.addr, errAddrInUse)
+		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("minio not ready after 60s: %v\n%s", err, s.log.tail(4000))
+			return fmt.Errorf("minio not ready after 60s: %v", err)
 		}
 		select {
 		case <-exited:
-			s.t.Fatalf("minio exited before it was ready:\n%s", s.log.tail(4000))
+			if strings.Contains(s.log.since(from), "already in use") {
+				return fmt.Errorf("minio cannot listen on %s: %w", s.addr, errAddrInUse)
+			}
+			return errors.New("minio exited before it was ready")
 		case <-tick.C: // poll the readiness endpoint
 		}
 	}
@@ -207,7 +252,7 @@ func (s *Server) Kill() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
-	s.start()
+	s.start(false)
 }
 
 // Addr is host:port.
@@ -259,17 +304,37 @@ func MakeBucket(t testing.TB, addr, bucket string) {
 }
 
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	dropped int64 // bytes reset away from the front
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.b.Len() > 1<<20 {
+		b.dropped += int64(b.b.Len())
 		b.b.Reset()
 	}
 	return b.b.Write(p)
+}
+
+// written is how many bytes were ever written.
+func (b *syncBuffer) written() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dropped + int64(b.b.Len())
+}
+
+// since returns what was written after offset from (what is still held).
+func (b *syncBuffer) since(from int64) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.b.String()
+	if i := from - b.dropped; i > 0 && i <= int64(len(s)) {
+		s = s[i:]
+	}
+	return s
 }
 
 func (b *syncBuffer) tail(n int) string {
