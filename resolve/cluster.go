@@ -32,12 +32,15 @@ func SetupIndex(ctx context.Context, idx client.FieldIndexer) error {
 
 // Cluster is the Source of a cluster.
 type Cluster struct {
-	// Reader reads a named DeferPolicy. The webhooks give the API reader,
-	// so a policy created just before its Job is seen.
+	// Reader reads a named DeferPolicy and lists a namespace's defaults by
+	// IndexNamespaceDefault. The webhooks give the API reader, so a policy
+	// created just before its Job is seen, and a locked default binds a
+	// Job created a moment after it: a cache can lag behind it (seen under
+	// load), which would let that Job step around the lock.
 	Reader client.Reader
-	// Cache lists the defaults, by IndexNamespaceDefault: the manager's
-	// client, whose cache holds every DeferPolicy (the controller watches
-	// them), so a lookup on every admission costs no API request.
+	// Cache reads what the controller itself maintains or only widens what
+	// is armed (ClusterDeferPolicies, namespaces' labels): the manager's
+	// client, so a lookup on every admission costs no API request.
 	Cache client.Reader
 }
 
@@ -53,7 +56,7 @@ func (c Cluster) Get(ctx context.Context, ns, name string) (*v1.DeferPolicy, err
 // Defaults implements Source.
 func (c Cluster) Defaults(ctx context.Context, ns string) ([]v1.DeferPolicy, error) {
 	var list v1.DeferPolicyList
-	if err := c.Cache.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexNamespaceDefault: "true"}); err != nil {
+	if err := c.Reader.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexNamespaceDefault: "true"}); err != nil {
 		return nil, err
 	}
 	return list.Items, nil

@@ -78,13 +78,13 @@ type Options struct {
 	// Render are render's settings (stage image, pull policy); the
 	// controller's defer pods should use the same stage image.
 	Render render.Options
-	// Reader reads the DeferPolicies Jobs and pods name; default: the
+	// Reader reads the DeferPolicies Jobs and pods name and lists a
+	// namespace's default by resolve.IndexNamespaceDefault; default: the
 	// manager's API reader (no cache, so a policy created just before its
-	// Job is seen).
+	// Job is seen, see resolve.Cluster).
 	Reader client.Reader
-	// Cache lists a namespace's default DeferPolicy by
-	// resolve.IndexNamespaceDefault (registered by controller.SetupIndexes);
-	// default: the manager's client, which reads its cache.
+	// Cache reads the ClusterDeferPolicies and namespaces; default: the
+	// manager's client, which reads its cache.
 	Cache client.Reader
 	// ClientAuth, when enabled, makes the webhooks answer only clients
 	// with a certificate its CA signed: the apiserver.
@@ -233,8 +233,8 @@ func (h *Handlers) policyApplying(ctx context.Context, s resolve.Subject, intro 
 	return applied, nil
 }
 
-// resolvePolicy is resolve.Policy on the cluster: a named policy read by
-// the API reader, the namespace's default, the ClusterDeferPolicies and
+// resolvePolicy is resolve.Policy on the cluster: a named policy and the
+// namespace's default read by the API reader, the ClusterDeferPolicies and
 // the namespace's labels through the cache.
 func (h *Handlers) resolvePolicy(ctx context.Context, s resolve.Subject) (resolve.Applied, error) {
 	return resolve.Policy(ctx, resolve.Cluster{Reader: h.reader, Cache: h.cache}, s)

@@ -217,3 +217,21 @@ func TestValidatePolicy(t *testing.T) {
 		t.Errorf("bad policy: allowed=%v %q", resp.Allowed, resp.Result.Message)
 	}
 }
+
+// A namespace's locked default binds a Job created moments after it, before
+// kdefer's cache has seen it (seen in the e2e tier under load): the webhook
+// reads the defaults from the API, not the cache.
+func TestLockedDefaultBeforeTheCacheSeesIt(t *testing.T) {
+	team := rt.MakePolicy("team", "ns", "s3://team/{pod}/").Credentials("creds").Obj()
+	def := rt.MakePolicy("platform", "ns", "s3://platform/{pod}/").Credentials("platform-creds").
+		NamespaceDefault().Locked(v1.LockedStageOut, v1.LockedCredentials).Obj()
+	api := handlers(t, team, def)
+	lagging := handlers(t, team)
+	h := NewHandlers(Options{Render: opts.Render, Reader: api.reader, Cache: lagging.cache}, nil)
+	job := rt.MakeJob("j", "ns").Annotation(v1.AnnotationPolicy, "team").Obj()
+	resp := h.MutateJob(context.Background(), request(t, admissionv1.Create, job, nil))
+	want := `names DeferPolicy "team", but DeferPolicy "platform" is the default of namespace ns`
+	if resp.Allowed || !strings.Contains(resp.Result.Message, want) {
+		t.Fatalf("a Job naming another policy than the locked default: allowed, want denied: %s", want)
+	}
+}
