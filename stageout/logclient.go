@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kdefer/kdefer/stagecontract"
+	"github.com/kdefer/kdefer/storage"
 )
 
 // LogClient is the LogSource of a stage-out step in a defer pod: the logs
@@ -131,7 +132,13 @@ func (c *LogClient) get(ctx context.Context, u string) (io.ReadCloser, error) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		// The reason goes to the manifest's logWarnings: the endpoint's
 		// answer, not the URL the warning's pod and container already say.
-		return nil, fmt.Errorf("logs endpoint: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		err := fmt.Errorf("logs endpoint: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			return nil, err // transient: asked again (archiveLogs)
+		}
+		// A refused token, a log the kubelet no longer has: asking again
+		// gets the same answer.
+		return nil, &storage.Error{Class: storage.Permanent, Err: err}
 	}
 	return resp.Body, nil
 }

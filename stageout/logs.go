@@ -130,7 +130,10 @@ func (w *TailWriter) kept() ([][]byte, *stagecontract.LogTruncation) {
 // containers or has no previous attempt) never fails the stage-out, but is
 // named with its reason in the manifest's logWarnings and the summary, so a
 // log missing from the bucket always says why; a store error fails the
-// run, as it would for a file.
+// run, as it would for a file. An endpoint that does not answer, or answers
+// 5xx, is asked again under the transfer's retry policy first: the node
+// agent restarts with its node, and a defer pod resumed on a node that came
+// back can start before it serves (seen in TestNodeCrash).
 func (e *engine) archiveLogs(ctx context.Context) ([]stagecontract.ManifestFile, []stagecontract.LogWarning, error) {
 	if e.o.DryRun {
 		return nil, nil, nil
@@ -142,7 +145,7 @@ func (e *engine) archiveLogs(ctx context.Context) ([]stagecontract.ManifestFile,
 		warnings = append(warnings, stagecontract.LogWarning{Pod: pod, Container: ref.Container, Previous: ref.Previous, Reason: reason})
 	}
 	if src := e.o.Logs.Source; src != nil {
-		idx, err := src.Index(ctx)
+		idx, err := storage.RetryValue(ctx, e.o.Retry, src.Index)
 		if err != nil {
 			pod := e.o.Logs.Pod
 			if pod == "" {
@@ -155,7 +158,7 @@ func (e *engine) archiveLogs(ctx context.Context) ([]stagecontract.ManifestFile,
 				warn(idx.Pod, ref, "not a Kubernetes name")
 				continue
 			}
-			k, err := e.fetchLog(ctx, ref)
+			k, err := storage.RetryValue(ctx, e.o.Retry, func(ctx context.Context) (*logKeeper, error) { return e.fetchLog(ctx, ref) })
 			if err != nil {
 				warn(idx.Pod, ref, err.Error())
 				continue

@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -30,7 +35,15 @@ import (
 // any other for requests without it.
 func logEndpoint(t *testing.T, token string, idx stagecontract.LogsIndex, logs map[string]string) (url, caPEM string) {
 	t.Helper()
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(logHandler(token, idx, logs))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	return srv.URL + stagecontract.LogsPath, string(ca)
+}
+
+// logHandler is logEndpoint's handler.
+func logHandler(token string, idx stagecontract.LogsIndex, logs map[string]string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, "no token", http.StatusUnauthorized)
 			return
@@ -53,10 +66,7 @@ func logEndpoint(t *testing.T, token string, idx stagecontract.LogsIndex, logs m
 			return
 		}
 		_, _ = io.WriteString(w, body)
-	}))
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	return srv.URL + stagecontract.LogsPath, string(ca)
+	})
 }
 
 // The pod's logs are stored under _kdefer/logs/POD/ before the manifest,
@@ -203,6 +213,93 @@ func TestStageOutLogsUnreachable(t *testing.T) {
 		if strings.HasPrefix(k, stagecontract.LogsDir) {
 			t.Errorf("stored %s although the endpoint refused the token", k)
 		}
+	}
+}
+
+// A logs endpoint that is not up yet (the node agent restarting with its
+// node, which a resumed defer pod can outrun) is asked again: a refused
+// connection and a 503 are retried and every log is archived, none replaced
+// by a warning; a log the endpoint says it does not have (404) is asked for
+// once, and named.
+func TestStageOutLogsEndpointRestarting(t *testing.T) {
+	srv := s3server.Start(t)
+	s3server.SetCredentials(t)
+	s3server.MakeBucket(t, srv.Addr(), "logs")
+	src := t.TempDir()
+	stagetest.MakeTree(t, src, stagetest.Tree{"out.txt": []byte("result")})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok-123"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	idx := stagecontract.LogsIndex{Pod: "p", Logs: []stagecontract.LogRef{{Container: "main"}, {Container: "main", Previous: true}}}
+	var mu sync.Mutex
+	asked := map[string]int{}
+	h := logHandler("tok-123", idx, map[string]string{"main": "the evidence\n"})
+	endpoint := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query().Get("container") + " " + r.URL.Query().Get("previous")
+		mu.Lock()
+		asked[q]++
+		n := asked[q]
+		mu.Unlock()
+		if q == "main " && n == 1 {
+			http.Error(w, "kubelet not ready", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(endpoint.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: endpoint.Certificate().Raw})
+
+	// The client asks an address nothing listens on until the first retry,
+	// when the endpoint starts serving there too, with the same certificate.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var once sync.Once
+	up := func() {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("listen on %s: %v", addr, err)
+			return
+		}
+		late := &http.Server{Handler: endpoint.Config.Handler, TLSConfig: endpoint.TLS.Clone(), ReadHeaderTimeout: time.Minute}
+		go func() { _ = late.ServeTLS(l, "", "") }()
+		t.Cleanup(func() { _ = late.Close() })
+	}
+	lc, err := stageout.NewLogClient("https://"+addr+stagecontract.LogsPath, string(ca), "", tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := s3server.S3URL(srv.Addr(), "logs", "run/")
+	o := opts(src, u, 5)
+	refused := 0
+	o.Retry.OnRetry = func(_ int, _ time.Duration, err error) {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			refused++
+		}
+		once.Do(up)
+	}
+	o.Logs = stageout.Logs{Source: lc}
+	res, err := stageout.Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("stage-out: %v", err)
+	}
+	if refused != 1 {
+		t.Errorf("%d refused connections retried, want 1 (the endpoint not up yet)", refused)
+	}
+	if res.Manifest == nil || len(res.Manifest.Logs) != 1 || res.Manifest.Logs[0].Key != "_kdefer/logs/p/main.log" {
+		t.Fatalf("manifest logs = %+v, want main's", res.Manifest)
+	}
+	if w := res.Manifest.LogWarnings; len(w) != 1 || !w[0].Previous || !strings.Contains(w[0].Reason, "404") {
+		t.Errorf("manifest logWarnings = %+v, want one: the previous log the endpoint does not have (404)", w)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked["main "] != 2 || asked["main true"] != 1 {
+		t.Errorf("asked %v: want main's log twice (a 503, then served) and the missing previous one once", asked)
 	}
 }
 
