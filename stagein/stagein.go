@@ -260,16 +260,9 @@ func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) er
 		}
 	}
 	tmp := en.rel + TempSuffix
-	// A fresh file, never an existing one: whatever is at the temporary
-	// name (a crashed run's partial file, or a link planted to make the
-	// download write through it) is removed, and O_EXCL refuses to follow
-	// anything that appears in between.
-	if err := d.root.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return storage.WithOp("remove "+strconv.Quote(tmp), err)
-	}
-	f, err := d.root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := d.createTemp(tmp)
 	if err != nil {
-		return storage.WithOp("create "+strconv.Quote(tmp), err)
+		return err
 	}
 	committed := false
 	defer func() {
@@ -295,6 +288,27 @@ func (d *downloader) file(ctx context.Context, pool *storage.Pool, en *entry) er
 	committed = true
 	d.done(en, true)
 	return nil
+}
+
+// createTemp creates the temporary file tmp, a fresh file, never an
+// existing one: O_EXCL refuses whatever is at the name (a crashed run's
+// partial file, or a link planted to make the download write through it),
+// which is then removed before one more try. Removing first instead would
+// cost every file two failed unlinks and a stat (os.Root's Remove tries
+// the name as a file, then as a directory).
+func (d *downloader) createTemp(tmp string) (*os.File, error) {
+	const flags = os.O_RDWR | os.O_CREATE | os.O_EXCL
+	f, err := d.root.OpenFile(tmp, flags, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		if err := d.root.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, storage.WithOp("remove "+strconv.Quote(tmp), err)
+		}
+		f, err = d.root.OpenFile(tmp, flags, 0o644)
+	}
+	if err != nil {
+		return nil, storage.WithOp("create "+strconv.Quote(tmp), err)
+	}
+	return f, nil
 }
 
 // present reports whether the local file already has the object's content.
