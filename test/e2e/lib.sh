@@ -27,12 +27,29 @@ lock_cluster() {
 	# A caller that already holds the lock (a wrapper timing a whole CI run)
 	# says so, or its own child would wait for it forever.
 	[[ ${KDEFER_CLUSTER_LOCK_HELD:-0} == 1 ]] && return 0
-	exec {KDEFER_LOCK_FD}>"${KDEFER_CLUSTER_LOCK:-/tmp/kdefer-cluster.lock}"
+	local lock=${KDEFER_CLUSTER_LOCK:-/tmp/kdefer-cluster.lock}
+	exec {KDEFER_LOCK_FD}>"$lock"
 	if ! flock -n "$KDEFER_LOCK_FD"; then
-		log "waiting for the other local-cluster run on this machine to finish"
+		log "waiting for the other local-cluster run on this machine to finish; it holds $lock:"
+		lock_holders "$lock" >&2
+		log "(a make demo keeps its cluster, and the lock, until make demo-down)"
 		flock "$KDEFER_LOCK_FD"
 		log "the local cluster is free"
 	fi
+}
+
+# lock_holders FILE: the processes other than this shell and its children
+# holding FILE open (the cluster's daemons and MinIO inherit the lock's
+# descriptor), one "PID COMMAND" line each.
+lock_holders() {
+	local fd pid
+	for fd in /proc/[0-9]*/fd/*; do
+		[[ $(readlink "$fd" 2>/dev/null) == "$1" ]] || continue
+		pid=${fd#/proc/}
+		pid=${pid%%/*}
+		[[ $pid != "$$" && $(awk '/^PPid:/ {print $2}' "/proc/$pid/status" 2>/dev/null) != "$$" ]] || continue
+		printf '  %s %s\n' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
+	done | sort -un
 }
 
 # wait_until SECONDS WHAT CMD...: run CMD every 0.5 s until it succeeds.
