@@ -101,6 +101,29 @@ func (s *scenario) exampleURL(name, u string) string {
 	return "s3://" + bucket + p.Path + s.s3Query()
 }
 
+// waitJobPodStarted waits until a pod of the Job runs or has run, and
+// returns its name: a pod that exits at once can go from Pending to
+// Succeeded in one status update of a busy kubelet, never seen Running.
+func (s *scenario) waitJobPodStarted(job string, timeout time.Duration) string {
+	s.t.Helper()
+	var name string
+	err := clusterenv.WaitFor(s.ctx, timeout, "a pod of Job "+job+" started", func(context.Context) (bool, error) {
+		for _, p := range s.podsOf(job) {
+			switch p.Status.Phase {
+			case corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed:
+				name = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.logf("pod %s started", name)
+	return name
+}
+
 // waitJobPodRunning waits until a pod of the Job runs and returns its name.
 func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string { //nolint:unparam // a scenario sets its own bound
 	s.t.Helper()

@@ -73,8 +73,9 @@ func TestMetricsEvaluated(t *testing.T) {
 	failing.Annotations[v1.AnnotationStageOut] = "s3://no-such-bucket-e2e/{namespace}/{pod}/" + s.s3Query()
 	s.create(held)
 	s.create(failing)
-	heldPod := s.waitJobPodRunning("held", 2*time.Minute)
-	failingPod := s.waitJobPodRunning("failing", 2*time.Minute)
+	// Both pods exit as soon as they have written their outputs.
+	heldPod := s.waitJobPodStarted("held", 2*time.Minute)
+	failingPod := s.waitJobPodStarted("failing", 2*time.Minute)
 	for ready := ""; ready != "defer-"+heldPod; {
 		ready = s.waitReady(2 * time.Minute) // the Jobs' pods first
 	}
