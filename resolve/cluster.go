@@ -38,9 +38,11 @@ type Cluster struct {
 	// Job created a moment after it: a cache can lag behind it (seen under
 	// load), which would let that Job step around the lock.
 	Reader client.Reader
-	// Cache reads what the controller itself maintains or only widens what
-	// is armed (ClusterDeferPolicies, namespaces' labels): the manager's
-	// client, so a lookup on every admission costs no API request.
+	// Cache reads the ClusterDeferPolicies and the namespaces' labels: the
+	// manager's client, so a lookup on every admission costs no API
+	// request. A ClusterDeferPolicy reaches a namespace's Jobs through the
+	// label the controller sets once it has seen the policy, so it takes
+	// effect moments after its creation whichever way it is read here.
 	Cache client.Reader
 }
 
