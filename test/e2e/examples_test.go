@@ -125,7 +125,7 @@ func (s *scenario) waitJobPodStarted(job string, timeout time.Duration) string {
 }
 
 // waitJobPodRunning waits until a pod of the Job runs and returns its name.
-func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string { //nolint:unparam // a scenario sets its own bound
+func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string {
 	s.t.Helper()
 	var name string
 	err := clusterenv.WaitFor(s.ctx, timeout, "a pod of Job "+job+" running", func(context.Context) (bool, error) {
