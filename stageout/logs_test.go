@@ -69,21 +69,30 @@ func logHandler(token string, idx stagecontract.LogsIndex, logs map[string]strin
 	})
 }
 
+// logsStageOut sets up a stage-out that archives logs: a MinIO with the
+// bucket "logs", whose URL it returns (prefix run/), a work directory holding
+// out.txt, and a token file holding token.
+func logsStageOut(t *testing.T, token string) (u, src, tokenFile string) {
+	t.Helper()
+	srv := s3server.Start(t)
+	s3server.SetCredentials(t)
+	s3server.MakeBucket(t, srv.Addr(), "logs")
+	src = t.TempDir()
+	stagetest.MakeTree(t, src, stagetest.Tree{"out.txt": []byte("result")})
+	tokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s3server.S3URL(srv.Addr(), "logs", "run/"), src, tokenFile
+}
+
 // The pod's logs are stored under _kdefer/logs/POD/ before the manifest,
 // which lists each with its size and checksum; a long log keeps its head
 // and tail, and its entry says so;
 // a log the endpoint cannot serve is left out without failing the outputs,
 // and named with its reason.
 func TestStageOutArchivesLogs(t *testing.T) {
-	srv := s3server.Start(t)
-	s3server.SetCredentials(t)
-	s3server.MakeBucket(t, srv.Addr(), "logs")
-	src := t.TempDir()
-	stagetest.MakeTree(t, src, stagetest.Tree{"out.txt": []byte("result")})
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("tok-123\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	u, src, tokenFile := logsStageOut(t, "tok-123\n")
 	long := strings.Repeat("x", 300) + "the end\n"
 	idx := stagecontract.LogsIndex{Pod: "job-abc", Logs: []stagecontract.LogRef{
 		{Container: "init"}, {Container: "main"}, {Container: "main", Previous: true}, {Container: "gone"}}}
@@ -93,7 +102,6 @@ func TestStageOutArchivesLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := s3server.S3URL(srv.Addr(), "logs", "run/")
 	o := opts(src, u, 3)
 	// The step's own log, as kdefer-stage tees it (stagecontract.EnvLogsSelf).
 	self := stageout.SelfLogFromEnv(func(k string) (string, bool) {
@@ -178,21 +186,12 @@ func TestStageOutArchivesLogs(t *testing.T) {
 // outputs stored: the logs are a record, not the run's purpose; the
 // manifest says why they are missing.
 func TestStageOutLogsUnreachable(t *testing.T) {
-	srv := s3server.Start(t)
-	s3server.SetCredentials(t)
-	s3server.MakeBucket(t, srv.Addr(), "logs")
-	src := t.TempDir()
-	stagetest.MakeTree(t, src, stagetest.Tree{"out.txt": []byte("result")})
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("stolen"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	u, src, tokenFile := logsStageOut(t, "stolen")
 	url, ca := logEndpoint(t, "tok-123", stagecontract.LogsIndex{Pod: "p", Logs: []stagecontract.LogRef{{Container: "main"}}}, map[string]string{"main": "secret\n"})
 	lc, err := stageout.NewLogClient(url, ca, "", tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := s3server.S3URL(srv.Addr(), "logs", "run/")
 	o := opts(src, u, 3)
 	o.Logs = stageout.Logs{Source: lc}
 	res, err := stageout.Run(context.Background(), o)
@@ -222,15 +221,7 @@ func TestStageOutLogsUnreachable(t *testing.T) {
 // by a warning; a log the endpoint says it does not have (404) is asked for
 // once, and named.
 func TestStageOutLogsEndpointRestarting(t *testing.T) {
-	srv := s3server.Start(t)
-	s3server.SetCredentials(t)
-	s3server.MakeBucket(t, srv.Addr(), "logs")
-	src := t.TempDir()
-	stagetest.MakeTree(t, src, stagetest.Tree{"out.txt": []byte("result")})
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("tok-123"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	u, src, tokenFile := logsStageOut(t, "tok-123")
 	idx := stagecontract.LogsIndex{Pod: "p", Logs: []stagecontract.LogRef{{Container: "main"}, {Container: "main", Previous: true}}}
 	var mu sync.Mutex
 	asked := map[string]int{}
@@ -273,7 +264,6 @@ func TestStageOutLogsEndpointRestarting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := s3server.S3URL(srv.Addr(), "logs", "run/")
 	o := opts(src, u, 5)
 	refused := 0
 	o.Retry.OnRetry = func(_ int, _ time.Duration, err error) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,31 +107,23 @@ func (s *scenario) exampleURL(name, u string) string {
 // Succeeded in one status update of a busy kubelet, never seen Running.
 func (s *scenario) waitJobPodStarted(job string, timeout time.Duration) string {
 	s.t.Helper()
-	var name string
-	err := clusterenv.WaitFor(s.ctx, timeout, "a pod of Job "+job+" started", func(context.Context) (bool, error) {
-		for _, p := range s.podsOf(job) {
-			switch p.Status.Phase {
-			case corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed:
-				name = p.Name
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.logf("pod %s started", name)
-	return name
+	return s.waitJobPodIn(job, "started", timeout, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed)
 }
 
 // waitJobPodRunning waits until a pod of the Job runs and returns its name.
 func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string {
 	s.t.Helper()
+	return s.waitJobPodIn(job, "running", timeout, corev1.PodRunning)
+}
+
+// waitJobPodIn waits until a pod of the Job is in one of phases (what
+// names them) and returns its name.
+func (s *scenario) waitJobPodIn(job, what string, timeout time.Duration, phases ...corev1.PodPhase) string {
+	s.t.Helper()
 	var name string
-	err := clusterenv.WaitFor(s.ctx, timeout, "a pod of Job "+job+" running", func(context.Context) (bool, error) {
+	err := clusterenv.WaitFor(s.ctx, timeout, "a pod of Job "+job+" "+what, func(context.Context) (bool, error) {
 		for _, p := range s.podsOf(job) {
-			if p.Status.Phase == corev1.PodRunning {
+			if slices.Contains(phases, p.Status.Phase) {
 				name = p.Name
 				return true, nil
 			}
@@ -140,7 +133,7 @@ func (s *scenario) waitJobPodRunning(job string, timeout time.Duration) string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.logf("pod %s running", name)
+	s.logf("pod %s %s", name, what)
 	return name
 }
 
