@@ -1,7 +1,9 @@
 package podstate
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -52,21 +54,6 @@ func StripPod(obj any) (any, error) {
 	}
 	p.Labels = keepKeys(p.Labels, nil)
 	p.Annotations = keepKeys(p.Annotations, map[string]bool{batchv1.JobCompletionIndexAnnotation: true})
-	slim := func(cs []corev1.Container) []corev1.Container {
-		out := make([]corev1.Container, len(cs))
-		for i, c := range cs {
-			out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
-			// StageUserOf (BuildRun) reads the user and group.
-			if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
-				out[i].SecurityContext = &corev1.SecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup}
-			}
-			// Classify reads the memory limit (an exit 137 under it is an OOM kill).
-			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
-				out[i].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q}
-			}
-		}
-		return out
-	}
 	// Native sidecars never count (Classify reads regular containers only),
 	// and the work volumes are summarised in one annotation WorkClaims reads.
 	var work []string
@@ -79,7 +66,7 @@ func StripPod(obj any) (any, error) {
 		}
 		p.Annotations[AnnotationCachedWorkVolumes] = strings.Join(work, ",")
 	}
-	spec := corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: slim(p.Spec.Containers)}
+	spec := corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: slimContainers.get(p.Spec.Containers)}
 	if sc := p.Spec.SecurityContext; sc != nil {
 		// StageUserOf (BuildRun) reads the users and groups.
 		spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup,
@@ -107,6 +94,64 @@ func StripPod(obj any) (any, error) {
 	}
 	p.Status = st
 	return p, nil
+}
+
+// slimContainers holds the slim copies of the pods' containers.
+var slimContainers = &sharedContainers{sets: map[string][]corev1.Container{}}
+
+// sharedContainers hands out one slim copy of the containers (what Classify
+// and StageUserOf read: each one's name, restart policy, user, group and
+// memory limit) to every pod whose containers slim to the same: the pods of
+// one template share it, where each would otherwise hold ~400 bytes a
+// container (a corev1.Container is that large, whatever it holds), a fifth of
+// what the cache keeps of a pod. Sharing is safe: the cache hands out deep
+// copies, and the reconcilers never change what they read from it. At most
+// maxSharedContainers distinct sets are kept (a few per Job template in
+// practice); beyond, each pod gets a copy of its own.
+type sharedContainers struct {
+	mu   sync.Mutex
+	sets map[string][]corev1.Container
+}
+
+// maxSharedContainers bounds sharedContainers.sets: ~500 bytes a set, so at
+// most ~2 MiB whatever the pods hold.
+const maxSharedContainers = 4096
+
+func (s *sharedContainers) get(cs []corev1.Container) []corev1.Container {
+	slim := make([]corev1.Container, len(cs))
+	var key strings.Builder
+	for i, c := range cs {
+		slim[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+		fmt.Fprintf(&key, "%s/%v", c.Name, ptrValue(c.RestartPolicy))
+		// StageUserOf (BuildRun) reads the user and group.
+		if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+			slim[i].SecurityContext = &corev1.SecurityContext{RunAsUser: sc.RunAsUser, RunAsGroup: sc.RunAsGroup}
+			fmt.Fprintf(&key, "/u%v/g%v", ptrValue(sc.RunAsUser), ptrValue(sc.RunAsGroup))
+		}
+		// Classify reads the memory limit (an exit 137 under it is an OOM kill).
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+			slim[i].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q}
+			fmt.Fprintf(&key, "/m%s", q.String())
+		}
+		key.WriteByte(0)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if shared, ok := s.sets[key.String()]; ok {
+		return shared
+	}
+	if len(s.sets) < maxSharedContainers {
+		s.sets[key.String()] = slim
+	}
+	return slim
+}
+
+// ptrValue is *p, or "-" for nil, for a key.
+func ptrValue[T any](p *T) any {
+	if p == nil {
+		return "-"
+	}
+	return *p
 }
 
 // keepKeys keeps kdefer's keys (kdefer.io/...) and the extra ones, in a map
