@@ -90,10 +90,7 @@ func TestDeferPodReservedMountsRecorded(t *testing.T) {
 	rec := events.NewFakeRecorder(50)
 	w.run.recorder = rec
 	w.settle()
-	run := &v1.DeferRun{}
-	if err := w.c.Get(context.Background(), w.key, run); err != nil {
-		t.Fatal(err)
-	}
+	run := w.getRun()
 	run.Spec.Policy.DeferContainers = []corev1.Container{{Name: "peek", Image: "x",
 		VolumeMounts: []corev1.VolumeMount{{Name: "kdefer-logs-token", MountPath: "/token"}, {Name: "kdefer-tmp", MountPath: "/stage-tmp"}}}}
 	if err := w.base.Update(context.Background(), run); err != nil {
@@ -140,10 +137,7 @@ func TestStoredPolicyWithReservedMounts(t *testing.T) {
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
-	run := &v1.DeferRun{}
-	if err := w.c.Get(context.Background(), w.key, run); err != nil {
-		t.Fatal(err)
-	}
+	run := w.getRun()
 	c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1.ReasonInvalidPolicy ||
 		!strings.Contains(c.Message, `deferContainers[0].volumeMounts[0].name: Forbidden: "kdefer-logs-token" is reserved for kdefer`) {

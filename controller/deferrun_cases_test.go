@@ -28,10 +28,7 @@ func TestSkipAnnotationOnJob(t *testing.T) {
 	w.settle()
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
-	run := &v1.DeferRun{}
-	if err := w.c.Get(context.Background(), w.key, run); err != nil {
-		t.Fatal(err)
-	}
+	run := w.getRun()
 	if run.Status.State != v1.DeferRunSkipped {
 		t.Errorf("state %q, want Skipped", run.Status.State)
 	}
@@ -319,10 +316,7 @@ func TestNamespaceTerminating(t *testing.T) {
 	w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 	w.settle()
 
-	run := &v1.DeferRun{}
-	if err := w.c.Get(context.Background(), w.key, run); err != nil {
-		t.Fatal(err)
-	}
+	run := w.getRun()
 	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != v1.ReasonNamespaceDeleted {
 		t.Fatalf("run conditions %+v, want Skipped with reason %s", run.Status.Conditions, v1.ReasonNamespaceDeleted)
 	}
@@ -353,10 +347,7 @@ func TestVolumeNeverCreated(t *testing.T) {
 	w.settle()
 	w.removeByHand(pod)
 	w.settle()
-	run := &v1.DeferRun{}
-	if err := w.c.Get(context.Background(), w.key, run); err != nil {
-		t.Fatal(err)
-	}
+	run := w.getRun()
 	if c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunSkipped); c == nil || c.Reason != v1.ReasonVolumeMissing || !strings.Contains(c.Message, pvc.Name) {
 		t.Fatalf("run conditions %+v, want Skipped/%s naming %s", run.Status.Conditions, v1.ReasonVolumeMissing, pvc.Name)
 	}

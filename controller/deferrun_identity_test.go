@@ -38,10 +38,7 @@ func TestServiceAccountMissing(t *testing.T) {
 			w.settle()
 			w.status(pod, func() { pod.Status = kt.MakePod("j-x", "ns").Failed().Obj().Status })
 			w.settle()
-			run := &v1.DeferRun{}
-			if err := w.c.Get(context.Background(), w.key, run); err != nil {
-				t.Fatal(err)
-			}
+			run := w.getRun()
 			c := meta.FindStatusCondition(run.Status.Conditions, v1.DeferRunConfigError)
 			if c == nil || c.Status != "True" || c.Reason != v1.ReasonServiceAccountNotFound ||
 				!strings.Contains(c.Message, "ServiceAccount ns/default") || !strings.Contains(c.Message, "kubectl -n ns create serviceaccount default") {

@@ -90,6 +90,16 @@ func (w *fakeWorld) settle() {
 	w.t.Fatalf("the reconcilers never settle: %v", w.writes.Writes())
 }
 
+// getRun reads the run of w.key.
+func (w *fakeWorld) getRun() *v1.DeferRun {
+	w.t.Helper()
+	run := &v1.DeferRun{}
+	if err := w.c.Get(context.Background(), w.key, run); err != nil {
+		w.t.Fatal(err)
+	}
+	return run
+}
+
 func (w *fakeWorld) status(obj client.Object, f func()) {
 	w.t.Helper()
 	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {

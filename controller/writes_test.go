@@ -115,10 +115,7 @@ func TestWritesPerRun(t *testing.T) {
 			if wantArm := map[bool]int{false: 2, true: 1}[tc.webhook]; armed != wantArm {
 				t.Errorf("arming took %d writes, want %d", armed, wantArm)
 			}
-			run := &v1.DeferRun{}
-			if err := w.c.Get(context.Background(), w.key, run); err != nil {
-				t.Fatal(err)
-			}
+			run := w.getRun()
 			if run.Status.State != v1.DeferRunSucceeded || run.Status.Bytes != 5 || run.Status.Trigger != v1.TriggerSucceeded || run.Status.NodeName != "n1" {
 				t.Fatalf("run status %+v", run.Status)
 			}
@@ -153,10 +150,7 @@ func TestBookkeepingPostponed(t *testing.T) {
 	}
 	w.clock.Step(time.Second)
 	w.settle()
-	run := &v1.DeferRun{}
-	if err := w.c.Get(context.Background(), w.key, run); err != nil {
-		t.Fatal(err)
-	}
+	run := w.getRun()
 	if statusWrites() != 1 || run.Status.State != v1.DeferRunStagingOut || run.Status.Trigger != v1.TriggerSucceeded || run.Status.DeferPodName != "j-x-defer" {
 		t.Errorf("after the bookkeeping pass: %d status writes, status %+v", statusWrites(), run.Status)
 	}
@@ -175,10 +169,7 @@ func TestTTL(t *testing.T) {
 		kt.FinishDeferPod(dp, 0, 0, &stagecontract.StageSummary{Op: "out", Bytes: 5, Objects: 1}, false)
 	})
 	w.settle()
-	run := &v1.DeferRun{}
-	if err := w.c.Get(context.Background(), w.key, run); err != nil {
-		t.Fatal(err)
-	}
+	run := w.getRun()
 	w.clock.Step(time.Duration(*run.Spec.Policy.TTLSecondsAfterFinished-1) * time.Second)
 	w.settle()
 	if err := w.c.Get(context.Background(), w.key, run); err != nil {

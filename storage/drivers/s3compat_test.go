@@ -330,13 +330,7 @@ func TestWebIdentity(t *testing.T) {
 		w.WriteHeader(http.StatusNotFound)
 	}))
 	defer s3.Close()
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("the-jwt"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
-	t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/kdefer")
-	t.Setenv("AWS_ENDPOINT_URL_STS", sts.URL)
+	webIdentityEnv(t, sts.URL)
 	be := openURL(t, s3server.S3URL(s3.Listener.Addr().String(), "bkt", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -347,6 +341,19 @@ func TestWebIdentity(t *testing.T) {
 	if !strings.Contains(auth, "Credential=WEBIDKEY/") || token != "webtoken" {
 		t.Errorf("S3 request signed with %q, token %q: want STS's credentials", auth, token)
 	}
+}
+
+// webIdentityEnv gives the S3 driver a web identity: the token "the-jwt"
+// in a file, exchanged at stsURL for the role kdefer.
+func webIdentityEnv(t *testing.T, stsURL string) {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("the-jwt"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/kdefer")
+	t.Setenv("AWS_ENDPOINT_URL_STS", stsURL)
 }
 
 // A token STS refuses fails the request with STS's reason, the role and
@@ -370,13 +377,7 @@ func TestWebIdentityRefused(t *testing.T) {
 		w.WriteHeader(http.StatusForbidden)
 	}))
 	defer s3.Close()
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("the-jwt"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
-	t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/kdefer")
-	t.Setenv("AWS_ENDPOINT_URL_STS", sts.URL)
+	webIdentityEnv(t, sts.URL)
 	be := openURL(t, s3server.S3URL(s3.Listener.Addr().String(), "bkt", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
