@@ -12,8 +12,6 @@ cd "$ROOT"
 export LOG_TAG=demo
 # shellcheck source=test/e2e/lib.sh
 source "$ROOT/test/e2e/lib.sh"
-CLUSTER=$ROOT/test/cluster/cluster.sh
-export KDEFER_CLUSTER_DIR=${KDEFER_CLUSTER_DIR:-$ROOT/bin/cluster}
 STATE=$ROOT/bin/demo
 NS=physics
 

@@ -1,8 +1,12 @@
 # shellcheck shell=bash
-# Shared by test/e2e/run.sh and test/demo/run.sh (sourced, not run): MinIO on
+# Shared by test/e2e/run.sh, test/demo/run.sh and test/upstream/run.sh
+# (sourced, not run): the local cluster's script and directory; MinIO on
 # the node address; kdefer deployed from deploy/overlays/local (the demo) or
 # by helm install from the test registry (the e2e tier).
 # Needs ROOT (the repository) set by the caller.
+
+CLUSTER=$ROOT/test/cluster/cluster.sh
+export KDEFER_CLUSTER_DIR=${KDEFER_CLUSTER_DIR:-$ROOT/bin/cluster}
 
 E2E_MINIO_ADDR=${KDEFER_E2E_MINIO_ADDR:-10.88.0.1:9000}
 E2E_MINIO_CONSOLE=127.0.0.1:0  # any free loopback port

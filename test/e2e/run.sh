@@ -43,8 +43,6 @@ export LOG_TAG=e2e
 # shellcheck source=test/e2e/lib.sh
 source "$ROOT/test/e2e/lib.sh"
 
-CLUSTER=$ROOT/test/cluster/cluster.sh
-export KDEFER_CLUSTER_DIR=${KDEFER_CLUSTER_DIR:-$ROOT/bin/cluster}
 STATE=$ROOT/bin/e2e
 mkdir -p "$STATE"
 start=$SECONDS

@@ -28,8 +28,6 @@ export LOG_TAG=upstream
 # shellcheck source=test/e2e/lib.sh
 source "$ROOT/test/e2e/lib.sh"
 
-CLUSTER=$ROOT/test/cluster/cluster.sh
-export KDEFER_CLUSTER_DIR=${KDEFER_CLUSTER_DIR:-$ROOT/bin/cluster}
 STATE=$ROOT/bin/upstream
 CACHE=${KDEFER_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdefer/e2e-upstream}
 PROCS=${KDEFER_UPSTREAM_PROCS:-8}
