@@ -170,23 +170,62 @@ func TestReleaseWorkflow(t *testing.T) {
 	if wf.Permissions["id-token"] != "write" || wf.Permissions["packages"] != "write" || wf.Permissions["contents"] != "write" {
 		t.Errorf("permissions %v: keyless signing needs id-token: write, pushing packages: write, the release contents: write", wf.Permissions)
 	}
-	var runs []string
-	for _, j := range wf.Jobs {
+	// Which job runs each command; a job's steps run in order, jobs in the
+	// order their needs give (a map has none of its own).
+	runsIn := map[string]string{}
+	for name, j := range wf.Jobs {
 		for _, s := range j.Steps {
 			if s.Uses == "" && s.Run == "" {
 				t.Errorf("step %q neither uses nor runs anything", s.Name)
 			}
-			runs = append(runs, s.Run)
+			for _, want := range []string{"make test", "make release", "cosign sign", "gh release create"} {
+				if _, seen := runsIn[want]; !seen && strings.Contains(s.Run, want) {
+					runsIn[want] = name
+				}
+			}
 		}
 	}
-	all := strings.Join(runs, "\n")
 	for _, want := range []string{"make test", "make release", "cosign sign", "gh release create"} {
-		if !strings.Contains(all, want) {
+		if _, ok := runsIn[want]; !ok {
 			t.Errorf("release.yml runs no %q", want)
 		}
 	}
-	if strings.Index(all, "make test") > strings.Index(all, "make release") {
-		t.Error("release.yml releases before it tests")
+	test, release := runsIn["make test"], runsIn["make release"]
+	if test == "" || release == "" {
+		return
+	}
+	if test == release {
+		t.Errorf("release.yml runs make test and make release in one job %q: the release needs its own job, after the tests", test)
+		return
+	}
+	// needs: a job name or a list of them, followed transitively.
+	needs := func(job string) []string {
+		switch n := wf.Jobs[job].Needs.(type) {
+		case string:
+			return []string{n}
+		case []any:
+			var out []string
+			for _, v := range n {
+				if s, ok := v.(string); ok {
+					out = append(out, s)
+				}
+			}
+			return out
+		}
+		return nil
+	}
+	seen := map[string]bool{}
+	queue := needs(release)
+	for len(queue) > 0 {
+		job := queue[0]
+		queue = queue[1:]
+		if !seen[job] {
+			seen[job] = true
+			queue = append(queue, needs(job)...)
+		}
+	}
+	if !seen[test] {
+		t.Errorf("release.yml releases before it tests: job %q (make release) does not need job %q (make test)", release, test)
 	}
 }
 
