@@ -3,14 +3,14 @@ package storage
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Pool runs units of work on a fixed number of workers: whole files, and
-// the parts of large files. A file's unit offers its parts to idle workers
-// and runs those nobody takes itself, so a few large files still keep every
-// worker busy, nothing ever blocks on a full queue, and the number of
-// transfers in flight (hence connections and buffers) never exceeds the
-// worker count.
+// the parts of large files. A file's unit runs its parts itself and idle
+// workers join it (Parallel), so a few large files still keep every worker
+// busy, nothing ever blocks on a full queue, and the number of transfers in
+// flight (hence connections and buffers) never exceeds the worker count.
 type Pool struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -109,19 +109,42 @@ func (p *Pool) Each(n int, fn func(ctx context.Context, i int) error) error {
 	return p.Wait()
 }
 
-// Parallel runs fns, offering each to an idle worker and running it on the
-// caller's goroutine when none is idle, and waits for all of them.
+// Parallel runs fns on the caller's goroutine and on every worker that is
+// idle or becomes idle before the last of them has started, and waits for
+// all of them. The caller never waits for a worker (all workers may be
+// callers), and a worker that frees up while the caller runs a part joins
+// at once: a large file that starts while the pool is busy still spreads
+// over the workers the other files leave.
 func (p *Pool) Parallel(fns []func(context.Context)) {
-	var wg sync.WaitGroup
-	for _, f := range fns {
-		wg.Add(1)
-		g := func(ctx context.Context) { defer wg.Done(); f(ctx) }
-		select {
-		case p.parts <- g:
-		default:
-			g(p.ctx)
+	var next atomic.Int64
+	claimed := make(chan struct{}) // closed when the last part is taken
+	run := func(ctx context.Context) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(fns) {
+				return
+			}
+			if i == len(fns)-1 {
+				close(claimed)
+			}
+			fns[i](ctx)
 		}
 	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // offers helpers to workers until every part is taken
+		defer wg.Done()
+		for range len(fns) - 1 {
+			wg.Add(1)
+			select {
+			case p.parts <- func(ctx context.Context) { defer wg.Done(); run(ctx) }:
+			case <-claimed:
+				wg.Done()
+				return
+			}
+		}
+	}()
+	run(p.ctx)
 	wg.Wait()
 }
 
