@@ -57,10 +57,7 @@ var permanentS3 = map[string]string{
 func classifyS3(err error) (storage.Class, string, bool) {
 	var we *webIdentityError
 	if errors.As(err, &we) {
-		if we.class == storage.Permanent {
-			return storage.Permanent, webIdentityFix, true
-		}
-		return we.class, "", true
+		return we.class, we.fix, true
 	}
 	var mr minio.ErrorResponse
 	if errors.As(err, &mr) {

@@ -441,3 +441,41 @@ func TestS3SettingsOrder(t *testing.T) {
 		t.Errorf("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS: endpoint %s, want AWS", c.host)
 	}
 }
+
+// A token file that is not there (its projected volume not mounted, the
+// variable naming another path) is no passing failure: it fails at once,
+// naming the file and the fix, not after the retry budget.
+func TestWebIdentityTokenFileMissing(t *testing.T) {
+	s3server.SetCredentials(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	stsCalls := 0
+	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		stsCalls++
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer sts.Close()
+	s3 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer s3.Close()
+	webIdentityEnv(t, sts.URL)
+	missing := filepath.Join(t.TempDir(), "not-mounted", "token")
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", missing)
+	be := openURL(t, s3server.S3URL(s3.Listener.Addr().String(), "bkt", ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := be.Stat(ctx, "k")
+	if err == nil {
+		t.Fatal("Stat succeeded without a token")
+	}
+	if !strings.Contains(err.Error(), missing) {
+		t.Errorf("error %q does not name the token file %s", err, missing)
+	}
+	if class, fix := storage.Classify(err); class != storage.Permanent || !strings.Contains(fix, "AWS_WEB_IDENTITY_TOKEN_FILE") {
+		t.Errorf("classified %v, fix %q: want permanent, pointing at AWS_WEB_IDENTITY_TOKEN_FILE", class, fix)
+	}
+	if stsCalls > 0 {
+		t.Errorf("%d requests reached STS without a token", stsCalls)
+	}
+}

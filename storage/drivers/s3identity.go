@@ -3,6 +3,7 @@ package drivers
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -43,9 +44,12 @@ func (c *webIdentityChain) Retrieve() (credentials.Value, error) {
 // webIdentityError is a failed exchange of the stage step's token. A
 // refusal by STS (an error response: the token's audience, issuer or
 // subject is not what the role trusts, the role does not exist) is
-// permanent; anything else (STS unreachable) may pass.
+// permanent, and so is a token file that is not there (the kubelet writes
+// a projected token before the container starts, so it will not appear
+// later); anything else (STS unreachable) may pass.
 type webIdentityError struct {
 	class storage.Class
+	fix   string
 	err   error
 }
 
@@ -59,9 +63,12 @@ func newWebIdentityError(endpoint string, err error) *webIdentityError {
 	}
 	e := &webIdentityError{class: storage.Transient}
 	var sts credentials.ErrorResponse
-	if errors.As(err, &sts) {
-		e.class = storage.Permanent
+	switch {
+	case errors.As(err, &sts):
+		e.class, e.fix = storage.Permanent, webIdentityFix
 		err = fmt.Errorf("%s (%s)", sts.STSError.Message, sts.STSError.Code)
+	case errors.Is(err, fs.ErrNotExist):
+		e.class, e.fix = storage.Permanent, tokenFileFix
 	}
 	e.err = fmt.Errorf("web identity: exchanging the token of %s for role %s at %s: %w",
 		os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"), role, endpoint, err)
@@ -73,3 +80,6 @@ func (e *webIdentityError) Unwrap() error { return e.err }
 
 // webIdentityFix is what a refused exchange asks of the user.
 const webIdentityFix = "make the role trust the token: its issuer (the cluster's service-account issuer), audience (DeferPolicy spec.webIdentity.audience) and subject (system:serviceaccount:NAMESPACE:SERVICEACCOUNT, spec.serviceAccountName); check spec.webIdentity.s3.roleARN"
+
+// tokenFileFix is what a missing token file asks of the user.
+const tokenFileFix = "mount the service-account token where AWS_WEB_IDENTITY_TOKEN_FILE points (kdefer projects it when the DeferPolicy sets spec.webIdentity), or unset AWS_WEB_IDENTITY_TOKEN_FILE to use other credentials"
