@@ -20,7 +20,8 @@ type ObjectInfo struct {
 	Size    int64
 	ModTime time.Time
 	// CRC32C is the full-object CRC32C the store keeps for the object, valid
-	// when HasCRC32C (S3 with checksums; stores that keep none leave it unset).
+	// when HasCRC32C (S3 with checksums, GCS from Stat and List, file://
+	// from Stat; stores that keep none leave it unset).
 	CRC32C    uint32
 	HasCRC32C bool
 	// MD5 is the MD5 the store keeps (file:// and mem:// for what they

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	gcs "cloud.google.com/go/storage"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	azblobblob "github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"gocloud.dev/blob"
@@ -172,7 +173,22 @@ func (bb *blobBackend) Stat(ctx context.Context, key string) (storage.ObjectInfo
 		}
 		return storage.ObjectInfo{}, bb.wrap(err)
 	}
-	return storage.ObjectInfo{Key: key, Size: a.Size, ModTime: a.ModTime, MD5: a.MD5}, nil
+	oi := storage.ObjectInfo{Key: key, Size: a.Size, ModTime: a.ModTime, MD5: a.MD5}
+	oi.CRC32C, oi.HasCRC32C = gcsCRC32C(a.As, a.Size)
+	return oi, nil
+}
+
+// gcsCRC32C is the CRC32C GCS keeps of every object (composite ones too,
+// which have no MD5), from the attributes behind as; false for the other
+// stores. The client gives 0 for a CRC32C the response lacks, so 0 counts
+// only for the empty object, whose CRC32C it is: any other object with a
+// true CRC32C of 0 (one in 2^32) is checked by its MD5 instead.
+func gcsCRC32C(as func(any) bool, size int64) (uint32, bool) {
+	var attrs gcs.ObjectAttrs
+	if !as(&attrs) || attrs.CRC32C == 0 && size != 0 {
+		return 0, false
+	}
+	return attrs.CRC32C, true
 }
 
 func (bb *blobBackend) NewReader(ctx context.Context, key string, off, length int64) (io.ReadCloser, storage.ObjectInfo, error) {
@@ -215,7 +231,9 @@ func (bb *blobBackend) List(ctx context.Context, prefix string, fn func(storage.
 		if o.IsDir {
 			continue
 		}
-		if err := fn(storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.ModTime, MD5: o.MD5}); err != nil {
+		oi := storage.ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.ModTime, MD5: o.MD5}
+		oi.CRC32C, oi.HasCRC32C = gcsCRC32C(o.As, o.Size)
+		if err := fn(oi); err != nil {
 			return err
 		}
 	}

@@ -36,6 +36,13 @@ type Harness struct {
 	// checks sizes and content there instead; each request's Content-MD5 is
 	// what the server verifies.
 	NoCRC32C bool
+	// CRC32C says the store keeps a CRC32C of every object (S3 servers
+	// given one, GCS for every object, composite ones too): Stat must
+	// report it, so that a stage-in without a manifest checks its reads by
+	// it (ranged ones too) and a resumed stage-out compares a file by it,
+	// not by MD5. (S3 listings carry no checksums; a List that reports
+	// one must report it right.)
+	CRC32C bool
 }
 
 // Run runs the Backend contract suite.
@@ -144,6 +151,9 @@ func testPutStatRead(t *testing.T, h Harness) {
 				t.Errorf("whole read reports size %d, crc32c %v:%08x, md5 %x; want %d, %08x, %x", roi.Size, roi.HasCRC32C, roi.CRC32C, roi.MD5, size, CRC(data), sum)
 			}
 		}
+		if h.CRC32C && !oi.HasCRC32C {
+			t.Errorf("Stat of %d-byte object reports no CRC32C from a store that keeps one", size)
+		}
 		if !oi.HasCRC32C && oi.MD5 == nil && size > 0 {
 			t.Errorf("Stat of %d-byte object reports no checksum: resumable runs could never skip it", size)
 		}
@@ -194,7 +204,11 @@ func testListPrefix(t *testing.T, h Harness) {
 	}
 	var got []string
 	err := be.List(context.Background(), loc.Prefix+"a/", func(oi storage.ObjectInfo) error {
-		got = append(got, strings.TrimPrefix(oi.Key, loc.Prefix))
+		key := strings.TrimPrefix(oi.Key, loc.Prefix)
+		got = append(got, key)
+		if oi.HasCRC32C && oi.CRC32C != CRC([]byte(key)) {
+			t.Errorf("List reports %s with crc32c %08x, want %08x", key, oi.CRC32C, CRC([]byte(key)))
+		}
 		return nil
 	})
 	if err != nil {

@@ -35,7 +35,7 @@ func VersityGW(t *testing.T) Harness {
 	// One gateway per process: a bucket per caller (and per -count=N run).
 	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
 	s3server.MakeBucket(t, addr, bucket)
-	return Harness{URL: func(*testing.T) string { return s3server.S3URL(addr, bucket, uniq()+"/") }}
+	return Harness{URL: func(*testing.T) string { return s3server.S3URL(addr, bucket, uniq()+"/") }, CRC32C: true}
 }
 
 // GoFakeS3 is gofakes3, an S3 implementation independent of the other two,
@@ -55,7 +55,7 @@ func MinIO(t *testing.T) Harness {
 	s3server.SetCredentials(t)
 	bucket := "conformance"
 	s3server.MakeBucket(t, srv.Addr(), bucket)
-	return Harness{URL: func(*testing.T) string { return srv.URL(bucket, uniq()+"/") }}
+	return Harness{URL: func(*testing.T) string { return srv.URL(bucket, uniq()+"/") }, CRC32C: true}
 }
 
 // GCS is fake-gcs-server, a Google Cloud Storage emulator, in process, for
@@ -65,7 +65,7 @@ func GCS(t *testing.T) Harness {
 	srv := fakegcs.Start(t)
 	bucket := fmt.Sprintf("conformance-%d", seq.Add(1))
 	fakegcs.MakeBucket(srv, bucket)
-	return Harness{URL: func(*testing.T) string { return "gs://" + bucket + "/" + uniq() + "/" }}
+	return Harness{URL: func(*testing.T) string { return "gs://" + bucket + "/" + uniq() + "/" }, CRC32C: true}
 }
 
 // Azurite is Azurite's blob service ($KDEFER_AZURITE), started for the test,
