@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/kdefer/kdefer/stagecontract"
@@ -56,6 +57,12 @@ func run(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
+	// The log, the progress reports and the transfers' workers write from
+	// many goroutines: one write call each, which a file takes whole, but
+	// any other writer (a test's buffer) needs them one at a time.
+	if _, ok := stderr.(*os.File); !ok {
+		stderr = zerolog.SyncWriter(stderr)
+	}
 	o := &options{stderr: stderr, code: stagecontract.ExitOK, self: stageout.SelfLogFromEnv(os.LookupEnv)}
 	root := &cobra.Command{
 		Use:           "kdefer-stage",

@@ -50,7 +50,9 @@ func newOIDCIssuer(t *testing.T) *oidcIssuer {
 		_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "k1",
 			"n": b64(key.N.Bytes()), "e": b64(big.NewInt(int64(key.E)).Bytes())}}})
 	})
-	is.srv = httptest.NewServer(mux)
+	// Started only once is.srv is set: the handlers read it.
+	is.srv = httptest.NewUnstartedServer(mux)
+	is.srv.Start()
 	t.Cleanup(is.srv.Close)
 	return is
 }
