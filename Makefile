@@ -124,11 +124,6 @@ test:
 ## (KDEFER_REQUIRE_TOOLS=1 turns a missing tool into a failure, not a skip).
 unit:
 	KDEFER_REQUIRE_TOOLS=1 $(GO) test -count=1 -timeout 30m ./...
-	@# The transfer engines' worker pool under the race detector (~3 s, ~20 s
-	@# with an empty build cache). Not the whole tier: it takes 2.4x as long,
-	@# and gocloud's blob.Reader races on its own byte counter when
-	@# storage.ContextReader closes it to unblock a hung read.
-	$(GO) test -race -count=1 ./storage/
 
 ## fuzz: a short run of every fuzz target, each package's test binary built
 ## once (FUZZTIME=500000x for a longer one).
