@@ -3,9 +3,13 @@ package stageout_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,4 +245,67 @@ func TestStalledConnection(t *testing.T) {
 	}
 	proxy.ResetEvery(0, 0)
 	verify(t, u, tree)
+}
+
+// lostAnswerBackend stores the first Put of every key but answers it with a
+// reset connection (the server killed after it wrote the object), and
+// refuses the first Stat after that, as a server not back yet does.
+type lostAnswerBackend struct {
+	storage.Backend
+	mu    sync.Mutex
+	puts  map[string]int
+	stats map[string]int
+}
+
+func (b *lostAnswerBackend) Put(ctx context.Context, key string, src io.ReaderAt, size int64, opts storage.PutOptions) (uint32, error) {
+	crc, err := b.Backend.Put(ctx, key, src, size, opts)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.puts[key]++; err == nil && b.puts[key] == 1 {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return crc, err
+}
+
+func (b *lostAnswerBackend) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
+	b.mu.Lock()
+	lost := b.puts[key] > 0
+	if lost {
+		b.stats[key]++
+	}
+	first := lost && b.stats[key] == 1
+	b.mu.Unlock()
+	if first {
+		return storage.ObjectInfo{}, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	}
+	return b.Backend.Stat(ctx, key)
+}
+
+// A write whose answer was lost is not written again when the look before
+// the retry fails too (the server still down): the next attempt looks
+// again and finds the object stored, instead of writing it blind.
+func TestLostAnswerNotWrittenTwice(t *testing.T) {
+	const u = "mem://lostanswer/run/"
+	mem, _ := storagetest.Open(t, u)
+	be := &lostAnswerBackend{Backend: mem, puts: map[string]int{}, stats: map[string]int{}}
+	src := t.TempDir()
+	tree := stagetest.Tree{"a.dat": storagetest.RandBytes(1, 100<<10), "b.dat": storagetest.RandBytes(2, 7)}
+	stagetest.MakeTree(t, src, tree)
+	o := outOpts(be, src, u)
+	o.Retry.Attempts = 5
+	if _, err := stageout.Run(context.Background(), o); err != nil {
+		t.Fatalf("stage-out: %v", err)
+	}
+	for name := range tree {
+		if n := be.puts["run/"+name]; n != 1 {
+			t.Errorf("%s written %d times, want once: the retry wrote it again although it was stored", name, n)
+		}
+	}
+	dst := t.TempDir()
+	if _, err := stagein.Run(context.Background(), inOpts(mem, u+stagecontract.ManifestKey, dst)); err != nil {
+		t.Fatalf("stage-in of the manifest: %v", err)
+	}
+	if got := stagetest.ReadTree(t, dst); !reflect.DeepEqual(got, tree) {
+		t.Errorf("stage-in got %d files, not the %d staged out", len(got), len(tree))
+	}
 }

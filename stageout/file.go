@@ -139,8 +139,16 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 			// The attempt before may have stored the object although its
 			// answer was lost (the server went away just after writing
 			// it): look before writing it again, so an upload resumed
-			// after an outage writes nothing twice.
-			if oi, err := e.be.Stat(ctx, f.key); err == nil && oi.Size == f.size {
+			// after an outage writes nothing twice. A look that fails
+			// tells nothing: this attempt ends with its error and the
+			// next one looks again, instead of writing blind the moment
+			// the server is back.
+			oi, err := e.be.Stat(ctx, f.key)
+			switch {
+			case errors.Is(err, storage.ErrNotExist):
+			case err != nil:
+				return storage.WithOp("stat "+strconv.Quote(f.key), err)
+			case oi.Size == f.size:
 				if same, err := e.sameContent(src, f, oi); err == nil && same {
 					return nil
 				}
