@@ -117,6 +117,27 @@ stop_daemon() {
 # stop_minio STATE_DIR: stops the MinIO that start_minio started there.
 stop_minio() { stop_daemon "$1" minio 20; }
 
+# failure_story LOG...: for each test that failed in these `go test -v` logs,
+# the first line of every message it logged (FILE.go:LINE: ...), its last 40:
+# what it saw and why it failed. A failure's dump (the namespace's objects,
+# component logs, a server's log tail) stays out: its headers are skipped and
+# the rest is continuation lines. CI keeps a long run's output's end: this.
+failure_story() {
+	awk '
+		/^=== (RUN|PAUSE|CONT|NAME) / { cur = $3; next }
+		/^ *--- FAIL: / { if (!($3 in failed)) { failed[$3] = 1; order[++n] = $3 }; next }
+		/^ +[A-Za-z0-9_]+\.go:[0-9]+: (kubectl |===== )/ { next } # the headers of a dump
+		/^ +[A-Za-z0-9_]+\.go:[0-9]+: / && cur != "" { lines[cur, ++count[cur]] = $0 }
+		END {
+			for (i = 1; i <= n; i++) {
+				t = order[i]
+				c = count[t] + 0
+				printf "--- FAIL: %s: %d message%s%s\n", t, c, (c == 1 ? "" : "s"), (c > 40 ? ", the last 40:" : "")
+				for (j = (count[t] > 40 ? count[t] - 39 : 1); j <= count[t]; j++) print lines[t, j]
+			}
+		}' "$@"
+}
+
 kdefer_ready() {
 	kubectl -n kdefer-system rollout status deploy/kdefer-controller --timeout=5s &&
 		kubectl get mutatingwebhookconfiguration kdefer -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | grep -q . &&

@@ -60,6 +60,9 @@ finish() {
 		tail -n 20 "$STATE/minio.log" 2>/dev/null
 		log "registry log:"
 		tail -n 20 "$STATE/registry.log" 2>/dev/null
+		# Last: CI keeps the end of a long run's output.
+		log "what the failed tests logged:"
+		failure_story "$STATE"/run-*.log 2>/dev/null
 	fi
 	stop_minio "$STATE"
 	stop_registry "$STATE"
