@@ -2,6 +2,7 @@ package drivers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -109,9 +110,15 @@ func (u *s3Upload) Complete(ctx context.Context, parts []storage.Part, crc uint3
 			size += p.Size
 		}
 		// Without a stored CRC32C (checksum=md5 or none) the size is all
-		// there is to compare.
-		if oi, serr := u.s.Stat(ctx, u.key); serr == nil && oi.Size == size && (oi.HasCRC32C && oi.CRC32C == crc || !withCRC) {
+		// there is to compare. A look that fails tells nothing: its
+		// error (not NoSuchUpload's, a 404 and so permanent) lets the
+		// caller's retry complete and look again.
+		oi, serr := u.s.Stat(ctx, u.key)
+		switch {
+		case serr == nil && oi.Size == size && (oi.HasCRC32C && oi.CRC32C == crc || !withCRC):
 			return nil
+		case serr != nil && !errors.Is(serr, storage.ErrNotExist):
+			return serr
 		}
 	}
 	return u.s.wrap("complete multipart upload "+strconv.Quote(u.key), err)
