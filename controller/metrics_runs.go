@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
@@ -99,6 +101,12 @@ func (c *runCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	var list v1.DeferRunList
 	if err := r.List(ctx, &list); err != nil {
+		if errors.As(err, new(*cache.ErrCacheNotStarted)) {
+			// Scraped before the manager started its cache (the metrics
+			// server starts first): nothing yet, as before SetupWithManager.
+			// An invalid metric would fail the whole scrape (HTTP 500).
+			return
+		}
 		ch <- prometheus.NewInvalidMetric(c.inFlight, err)
 		return
 	}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -8,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kdefer/kdefer/api/v1alpha1"
 	kt "github.com/kdefer/kdefer/controller/testing"
@@ -84,4 +89,35 @@ func TestAlertRulesUseRealMetrics(t *testing.T) {
 			t.Errorf("the alert rules query %s, which the controller does not export", u)
 		}
 	}
+}
+
+// TestRunGaugesBeforeTheCacheStarts: a scrape before the manager started its
+// cache (the metrics server starts first) gets no run gauges and no error:
+// an error would fail the whole scrape. Other errors still say so.
+func TestRunGaugesBeforeTheCacheStarts(t *testing.T) {
+	rc := &runCollector{clock: runGauges.clock, inFlight: runGauges.inFlight, retained: runGauges.retained, bytes: runGauges.bytes, oldest: runGauges.oldest}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(rc)
+	// What an informer cache answers before it is started (envtest saw it
+	// when a test scraped right after its manager's set-up).
+	rc.use(errReader{&cache.ErrCacheNotStarted{}})
+	fams, err := reg.Gather()
+	if err != nil || len(fams) != 0 {
+		t.Errorf("gather before the cache started: %d families, %v; want none and no error", len(fams), err)
+	}
+	rc.use(errReader{errors.New("apiserver down")})
+	if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "apiserver down") {
+		t.Errorf("gather with a failing cache: %v, want its error", err)
+	}
+}
+
+// errReader fails every read with its error.
+type errReader struct{ err error }
+
+func (r errReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return r.err
+}
+
+func (r errReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return r.err
 }
