@@ -144,14 +144,8 @@ func (e *engine) store(ctx context.Context, pool *storage.Pool, src *source, f *
 			// next one looks again, instead of writing blind the moment
 			// the server is back.
 			oi, err := e.be.Stat(ctx, f.key)
-			switch {
-			case errors.Is(err, storage.ErrNotExist):
-			case err != nil:
-				return storage.WithOp("stat "+strconv.Quote(f.key), err)
-			case oi.Size == f.size:
-				if same, err := e.sameContent(src, f, oi); err == nil && same {
-					return nil
-				}
+			if stored, err := e.holds(src, f, oi, err); err != nil || stored {
+				return err
 			}
 		}
 		moved.Restart()
@@ -187,6 +181,13 @@ func (e *engine) alreadyStored(ctx context.Context, src *source, f *file) (bool,
 	oi, err := storage.RetryValue(ctx, e.o.Retry, func(ctx context.Context) (storage.ObjectInfo, error) {
 		return e.be.Stat(ctx, f.key)
 	})
+	return e.holds(src, f, oi, err)
+}
+
+// holds reports, from a Stat of f.key (oi, err), whether the object there
+// has f's content; a Stat that failed is the error (not knowing is not
+// "absent").
+func (e *engine) holds(src *source, f *file, oi storage.ObjectInfo, err error) (bool, error) {
 	if errors.Is(err, storage.ErrNotExist) {
 		return false, nil
 	}
